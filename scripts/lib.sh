@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-2.0
+# Shared settings for the zcrx-rs scripts. Sourced, never run.
+
+# Everything we download or build lives here, outside the repository.
+ZCRX_CACHE=${ZCRX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zcrx-rs}
+ZCRX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Pinned versions. The kernel falls back to the other 7.2.x builds the
+# mirror may still carry; the patch series must apply to all of them.
+KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.2.12-1~bpo13+1 7.2.13-1 7.2.11-1~bpo13+1 7.2.9-1~bpo13+1"}
+RUST_SRC_DEB_PREFIX="+dfsg1-"          # rust-src=<rustc version>+dfsg1-<debian rev>
+BINDGEN_VERSION=0.72.1
+VIRTME_NG_VERSION=1.42
+LIBURING_DEB_VERSIONS="2.15-1 2.9-1"
+LLVM_SUFFIX=-19
+
+# Debian suites used only to download source packages; see scripts/toolchain.sh.
+EXTRA_SUITES="trixie-backports sid"
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+msg()  { printf '==> %s\n' "$*" >&2; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die()  { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Seconds since the epoch, for stage timings.
+now() { date +%s; }
+
+# Stage timing: `stage_begin NAME` ... `stage_end`; appends to $ZCRX_CACHE/timings.log.
+stage_begin() { _stage_name=$1; _stage_t0=$(now); msg "stage: $1"; }
+stage_end() {
+	local dt=$(( $(now) - _stage_t0 ))
+	mkdir -p "$ZCRX_CACHE"
+	printf '%s %-16s %5ds\n' "$(date -u +%FT%TZ)" "$_stage_name" "$dt" >> "$ZCRX_CACHE/timings.log"
+	msg "stage $_stage_name done in ${dt}s"
+}
+
+# The environment every kernel and module build needs.
+kbuild_env() {
+	export LLVM=$LLVM_SUFFIX
+	export LIBCLANG_PATH=/usr/lib/llvm${LLVM_SUFFIX}/lib
+	export RUST_LIB_SRC
+	RUST_LIB_SRC=$(cat "$ZCRX_CACHE/rust-lib-src" 2>/dev/null) ||
+		die "rust-src is not set up; run scripts/toolchain.sh"
+	export PATH=$HOME/.cargo/bin:$PATH
+}
+
+# Hash of the inputs that define a kernel build (patch series + config fragments).
+series_hash() {
+	(cd "$ZCRX_TOP/scripts/patches" && cat series $(grep -v '^#' series 2>/dev/null)) |
+		sha256sum | cut -c1-12
+}
+config_hash() {
+	local flavour=$1
+	cat "$ZCRX_TOP/scripts/config/base.config" "$ZCRX_TOP/scripts/config/$flavour.config" |
+		sha256sum | cut -c1-12
+}
+kernel_version_file() { echo "$ZCRX_CACHE/linux/version"; }
+build_dir() { echo "$ZCRX_CACHE/build/$1"; }
