@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Work on the kernel patch series in a git worktree of the cached tree.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() {
+	cat <<USAGE
+usage: scripts/kpatch.sh dev|export|checkpatch
+
+  dev         create (or reset) the worktree \$ZCRX_CACHE/linux/dev, branch
+              'dev' = pristine 7.2 + scripts/patches/series applied with git am.
+              Edit and commit there (one concern per commit).
+  export      write dev's commits since 'pristine' to scripts/patches/ with
+              git format-patch and rewrite the series file
+  checkpatch  run the tree's scripts/checkpatch.pl --strict on every patch;
+              fails if any reports an error, warning or check
+USAGE
+}
+SRC=$ZCRX_CACHE/linux/src
+DEV=$ZCRX_CACHE/linux/dev
+P=$ZCRX_TOP/scripts/patches
+[ -d "$SRC/.git" ] || die "no kernel tree yet; run scripts/kernel.sh source"
+
+case ${1:-} in
+dev)
+	if [ ! -d "$DEV" ]; then
+		git -C "$SRC" worktree add -q -f -B dev "$DEV" pristine
+	else
+		git -C "$DEV" checkout -q -f -B dev pristine
+	fi
+	git -C "$DEV" config user.name "zcrx-rs developers"
+	git -C "$DEV" config user.email "zcrx-rs@users.noreply.example"
+	grep -v -e '^#' -e '^$' "$P/series" | sed "s|^|$P/|" | xargs -r git -C "$DEV" am -q
+	msg "dev tree at $DEV: $(git -C "$DEV" rev-list --count pristine..dev) patches on pristine"
+	;;
+export)
+	rm -f "$P"/*.patch
+	git -C "$DEV" format-patch -q -o "$P" --zero-commit --no-signature pristine..dev
+	{
+		echo "# zcrx-rs kernel patch series, applied in order on top of linux-source-7.2"
+		echo "# by scripts/kernel.sh. One \`git format-patch\` file per line."
+		(cd "$P" && ls *.patch)
+	} > "$P/series"
+	msg "exported $(ls "$P"/*.patch | wc -l) patches to $P"
+	;;
+checkpatch)
+	rc=0
+	for p in $(grep -v -e '^#' -e '^$' "$P/series"); do
+		out=$(perl "$SRC/scripts/checkpatch.pl" --strict --no-tree --quiet "$P/$p" 2>&1) || rc=1
+		if [ -n "$out" ]; then echo "$p:"; echo "$out"; rc=1; else echo "$p: clean"; fi
+	done
+	exit $rc
+	;;
+-h|--help) usage ;;
+*) usage >&2; exit 2 ;;
+esac
