@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! zcrx_rs: a page-pool memory provider for zero-copy TCP receive into
+//! pinned user pages.
+//!
+//! This crate root holds only the module declaration and the module-level
+//! state: the `/dev/zcrx` misc device. Every open file is a [`Context`].
+
+use kernel::{
+    miscdevice::{
+        MiscDeviceOptions,
+        MiscDeviceRegistration, //
+    },
+    prelude::*,
+};
+
+mod context;
+
+use context::Context;
+
+/// Version of this module, printed on load.
+const VERSION: &str = "0.1.0";
+
+module! {
+    type: ZcrxModule,
+    name: "zcrx_rs",
+    authors: ["The zcrx-rs developers"],
+    description: "Zero-copy TCP receive into pinned user pages (page-pool memory provider)",
+    license: "GPL",
+}
+
+/// Module state: the registration of `/dev/zcrx`.
+#[pin_data(PinnedDrop)]
+struct ZcrxModule {
+    #[pin]
+    _miscdev: MiscDeviceRegistration<Context>,
+}
+
+impl kernel::InPlaceModule for ZcrxModule {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        pr_info!("zcrx_rs {} loaded\n", VERSION);
+        let options = MiscDeviceOptions { name: c"zcrx" };
+        try_pin_init!(Self {
+            _miscdev <- MiscDeviceRegistration::register(options, module),
+        })
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for ZcrxModule {
+    fn drop(self: Pin<&mut Self>) {
+        pr_info!("zcrx_rs {} unloaded\n", VERSION);
+    }
+}
