@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Thin, checked wrappers around the few raw syscalls the tools need.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// Converts a libc return value into an `io::Result`.
+pub fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `open(2)` with raw flags, returning an owned fd.
+pub fn open(path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let fd = cvt(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: `open` just returned this fd and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// `ioctl(2)` with a pointer argument (or 0).
+pub fn ioctl(fd: &impl AsRawFd, cmd: libc::c_ulong, arg: usize) -> io::Result<libc::c_long> {
+    // SAFETY: the caller passes an argument that matches `cmd`; for the
+    // commands we send, the kernel only reads/writes the pointed-to struct.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), cmd, arg) } as libc::c_long)
+}
+
+/// Errno of an `io::Error`, or 0 when it has none.
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+/// Name of an errno value, for messages ("EBUSY").
+pub fn errno_name(e: i32) -> &'static str {
+    match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EINTR => "EINTR",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN/EWOULDBLOCK",
+        libc::ENOMEM => "ENOMEM",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::ENODEV => "ENODEV",
+        libc::EINVAL => "EINVAL",
+        libc::ENOTTY => "ENOTTY",
+        libc::ENOSPC => "ENOSPC",
+        libc::ERANGE => "ERANGE",
+        libc::ENOTSOCK => "ENOTSOCK",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ENODATA => "ENODATA",
+        libc::ENOTCONN => "ENOTCONN",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::E2BIG => "E2BIG",
+        libc::EOVERFLOW => "EOVERFLOW",
+        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        _ => "E?",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cvt_maps_negative_to_errno() {
+        // SAFETY: closing an fd that cannot be open sets errno to EBADF.
+        let r = cvt(unsafe { libc::close(-1) } as libc::c_long);
+        assert_eq!(errno(&r.unwrap_err()), libc::EBADF);
+        assert_eq!(cvt(5).unwrap(), 5);
+    }
+
+    #[test]
+    fn errno_names() {
+        assert_eq!(errno_name(libc::EBUSY), "EBUSY");
+        assert_eq!(errno_name(libc::ENOTTY), "ENOTTY");
+        assert_eq!(errno_name(9999), "E?");
+    }
+}
