@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# zcrx-rs: top-level entry points. `make help` lists them.
+#
+# Everything downloaded or built for the kernel lives in $(ZCRX_CACHE)
+# (default ~/.cache/zcrx-rs), never in this repository.
+
+FLAVOUR    ?= fast
+ZCRX_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/zcrx-rs
+export ZCRX_CACHE
+
+TOP        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+KDIR       := $(ZCRX_CACHE)/build/$(FLAVOUR)
+KSRC       := $(ZCRX_CACHE)/linux/src
+MODOUT     := $(KDIR)/zcrx-module
+KO         := $(MODOUT)/rust/zcrx_rs.ko
+CARGO      ?= cargo
+TOOLS_BIN  := $(TOP)/tools/target/release
+
+# The same environment the kernel was built with (scripts/lib.sh: kbuild_env).
+KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
+	LIBCLANG_PATH=/usr/lib/llvm-19/lib \
+	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
+
+.PHONY: all help toolchain kernel kernel-debug module modules_install tools \
+	rust-analyzer check check-host check-vm demo clean distclean-kernel
+
+all: module
+
+help:
+	@echo "make demo          build everything, boot the VM, run the demo"
+	@echo "make check         build everything and run all tests (host + VM)"
+	@echo "make               build the module against the cached kernel"
+	@echo "make toolchain     install/download the toolchain (scripts/toolchain.sh)"
+	@echo "make kernel        fetch, patch, configure and build the test kernel"
+	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
+	@echo "make tools         build the userspace tools (tools/, cargo)"
+	@echo "make rust-analyzer write rust-project.json for the module"
+	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
+
+toolchain:
+	@$(TOP)/scripts/toolchain.sh
+
+kernel: toolchain
+	@$(TOP)/scripts/kernel.sh --flavour $(FLAVOUR)
+
+module: kernel
+	@$(TOP)/scripts/stage.sh module $(KMAKE) ZCRX_KUNIT=1 modules
+	@echo "==> module: $(KO)"
+
+rust-analyzer: kernel
+	$(KMAKE) rust-analyzer
+	@ln -sf $(MODOUT)/rust-project.json $(TOP)/rust-project.json 2>/dev/null || true
+
+tools: toolchain
+	@$(TOP)/scripts/stage.sh tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
+
+check-host: tools
+	@$(TOP)/scripts/stage.sh host-tests $(CARGO) test --release --quiet --manifest-path $(TOP)/tools/Cargo.toml 2>&1 | tee $(ZCRX_CACHE)/host-tests.log
+
+check: module tools
+	@$(TOP)/scripts/check.sh --flavour $(FLAVOUR)
+
+demo: module tools
+	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)
+
+clean:
+	-[ -d $(KDIR) ] && $(KMAKE) clean
+	$(CARGO) clean --manifest-path $(TOP)/tools/Cargo.toml
+
+distclean-kernel:
+	rm -rf $(ZCRX_CACHE)/linux/src $(ZCRX_CACHE)/linux/dev $(ZCRX_CACHE)/build
