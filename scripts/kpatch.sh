@@ -11,7 +11,8 @@ usage: scripts/kpatch.sh dev|export|checkpatch
 
   dev         create (or reset) the worktree \$ZCRX_CACHE/linux/dev, branch
               'dev' = pristine 7.2 + scripts/patches/series applied with git am.
-              Edit and commit there (one concern per commit).
+              Edit and commit there (one concern per commit). New files need
+              \`git add -f\`: Debian's .gitignore ignores the top level.
   export      write dev's commits since 'pristine' to scripts/patches/ with
               git format-patch and rewrite the series file
   checkpatch  run the tree's scripts/checkpatch.pl --strict on every patch;
@@ -36,6 +37,11 @@ dev)
 	msg "dev tree at $DEV: $(git -C "$DEV" rev-list --count pristine..dev) patches on pristine"
 	;;
 export)
+	# Debian's tarball .gitignore ignores everything at the top level (/*),
+	# so a plain `git add -A` silently skips new files: catch that here.
+	stray=$(git -C "$DEV" status --porcelain --ignored | sed -n 's/^!! //p' | grep -v -E '(^|/)\.|\.o$|\.cmd$' || true)
+	[ -z "$stray" ] || die "untracked new files in $DEV (commit them with git add -f):
+$stray"
 	rm -f "$P"/*.patch
 	git -C "$DEV" format-patch -q -o "$P" --zero-commit --no-signature pristine..dev
 	{
