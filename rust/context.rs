@@ -3,31 +3,231 @@
 
 //! One open file of `/dev/zcrx`: a zero-copy receive context.
 //!
-//! The file holds a reference to the module for as long as it is open (the
-//! misc device's file operations name the module as their owner), so the
-//! last close, never `rmmod`, ends a context.
+//! A context owns at most one area and one binding. The file holds a
+//! reference to the module while it is open (patch "rust: miscdevice: make
+//! open files pin the owning module"), so the last close, never `rmmod`,
+//! ends a context: it unbinds the queue, takes back every buffer the user
+//! still holds, and drops its references; the area is unmapped, unpinned
+//! and uncharged when the last page pool that used it is gone.
+//!
+//! ioctls (see `tools/include/uapi/linux/zcrx_rs.h`): INFO, REGISTER_AREA,
+//! BIND, RECV, STATS, UNBIND; mmap at offset 0 maps the refill ring.
 
 use kernel::{
     fs::File,
-    miscdevice::{
-        MiscDevice,
-        MiscDeviceRegistration, //
-    },
+    ioctl::_IOC_SIZE,
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    mm::virt::VmaNew,
+    new_mutex,
     prelude::*,
+    sync::{Arc, Mutex},
+    uaccess::{UserPtr, UserSlice},
 };
 
-/// Per-open state. Empty for now: areas and bindings hang off it later.
-pub(crate) struct Context;
+use crate::area::Area;
+use crate::mm::pin::PAGE_SIZE;
+use crate::net::sock::TcpSocket;
+use crate::recv;
+use crate::refill::{self, HEAD_OFF, RQES_OFF, TAIL_OFF};
+use crate::stats::GLOBAL;
+use crate::uapi::{self, *};
+use crate::zcrx::Zcrx;
+
+/// Most records one RECV call may ask for.
+const MAX_RECS: u32 = 1 << 16;
+
+struct Inner {
+    area: Option<Arc<Area>>,
+    zcrx: Option<Arc<Zcrx>>,
+}
+
+/// Per-open state.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Context {
+    #[pin]
+    inner: Mutex<Inner>,
+}
+
+fn is_zero(v: &[u64]) -> bool {
+    v.iter().all(|&x| x == 0)
+}
 
 #[vtable]
 impl MiscDevice for Context {
-    type Ptr = KBox<Self>;
+    type Ptr = Pin<KBox<Self>>;
 
-    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
-        KBox::new(Context, GFP_KERNEL).map_err(Into::into)
+    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
+        let ctx = KBox::try_pin_init(
+            try_pin_init!(Context {
+                inner <- new_mutex!(Inner { area: None, zcrx: None }, "Context::inner"),
+            }),
+            GFP_KERNEL,
+        )?;
+        GLOBAL.contexts.add(1);
+        Ok(ctx)
     }
 
-    fn ioctl(_me: &Context, _file: &File, _cmd: u32, _arg: usize) -> Result<isize> {
-        Err(ENOTTY)
+    fn ioctl(me: Pin<&Context>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        let size = _IOC_SIZE(cmd);
+        let user = UserSlice::new(UserPtr::from_addr(arg), size);
+        match cmd {
+            uapi::IOC_INFO => me.info(user),
+            uapi::IOC_REGISTER_AREA => me.register_area(user),
+            uapi::IOC_BIND => me.bind(user),
+            uapi::IOC_RECV => me.recv(user, file),
+            uapi::IOC_STATS => me.stats(user),
+            uapi::IOC_UNBIND => me.unbind(),
+            _ => Err(ENOTTY),
+        }
+    }
+
+    fn mmap(me: Pin<&Context>, _file: &File, vma: &VmaNew) -> Result {
+        let zcrx = me.inner.lock().zcrx.clone().ok_or(EINVAL)?;
+        // SAFETY: reading the page offset of a vma being set up is safe.
+        if unsafe { (*vma.as_ptr()).vm_pgoff } != 0 {
+            return Err(EINVAL);
+        }
+        vma.try_clear_mayexec()?;
+        zcrx.ring().mem().mmap(vma)
+    }
+}
+
+impl Context {
+    fn info(&self, user: UserSlice) -> Result<isize> {
+        let info = zcrx_rs_info {
+            api_version: ZCRX_RS_API_VERSION,
+            page_size: PAGE_SIZE as u32,
+            features: 0,
+            contexts: GLOBAL.contexts.get(),
+            areas: GLOBAL.areas.get(),
+            pinned_pages: GLOBAL.pinned_pages.get(),
+            providers: GLOBAL.providers.get(),
+            pools: GLOBAL.pools.get(),
+            __resv: [0; 3],
+        };
+        user.writer().write(&info)?;
+        Ok(0)
+    }
+
+    fn register_area(&self, user: UserSlice) -> Result<isize> {
+        let (mut r, mut w) = user.reader_writer();
+        let mut req: zcrx_rs_area_reg = r.read()?;
+        if req.flags != 0 || req.area_id != 0 || !is_zero(&req.__resv) {
+            return Err(EINVAL);
+        }
+        let mut inner = self.inner.lock();
+        if inner.area.is_some() {
+            // One area per context.
+            return Err(EEXIST);
+        }
+        let area = Area::register(req.addr, req.len)?;
+        req.area_id = 0;
+        w.write(&req)?;
+        inner.area = Some(area);
+        Ok(0)
+    }
+
+    fn bind(&self, user: UserSlice) -> Result<isize> {
+        let (mut r, mut w) = user.reader_writer();
+        let mut req: zcrx_rs_bind = r.read()?;
+        if req.flags != 0
+            || !is_zero(&req.__resv)
+            || req.offsets.head != 0
+            || req.offsets.tail != 0
+            || req.offsets.rqes != 0
+            || req.offsets.__resv != 0
+            || req.mmap_len != 0
+        {
+            return Err(EINVAL);
+        }
+        // A bound queue sees the traffic of every socket steered to it.
+        if !crate::net::capable_net_admin() {
+            return Err(EPERM);
+        }
+        let entries = refill::ring_entries(req.rq_entries)?;
+        let mut inner = self.inner.lock();
+        if inner.zcrx.is_some() {
+            return Err(EBUSY);
+        }
+        let area = inner.area.clone().ok_or(EINVAL)?;
+        let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
+        req.rq_entries = entries;
+        req.offsets = zcrx_rs_ring_offsets { head: HEAD_OFF, tail: TAIL_OFF, rqes: RQES_OFF, __resv: 0 };
+        req.mmap_len = refill::ring_bytes(entries) as u64;
+        if let Err(e) = w.write(&req) {
+            zcrx.unbind();
+            return Err(e);
+        }
+        inner.zcrx = Some(zcrx);
+        Ok(0)
+    }
+
+    fn recv(&self, user: UserSlice, _file: &File) -> Result<isize> {
+        let (mut r, mut w) = user.reader_writer();
+        let mut req: zcrx_rs_recv = r.read()?;
+        if req.flags & !ZCRX_RS_RECV_DONTWAIT != 0 || req.__pad != 0 || !is_zero(&req.__resv) {
+            return Err(EINVAL);
+        }
+        if req.nr_recs == 0 || req.nr_recs > MAX_RECS || req.recs == 0 {
+            return Err(EINVAL);
+        }
+        let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
+        let sock = TcpSocket::from_fd(req.sockfd)?;
+        let nonblock = req.flags & ZCRX_RS_RECV_DONTWAIT != 0 || sock.nonblocking();
+        let len = req.nr_recs as usize * core::mem::size_of::<zcrx_rs_rec>();
+        let sink = UserSlice::new(UserPtr::from_addr(req.recs as usize), len).writer();
+        let got = recv::recv(&zcrx, &sock, sink, req.nr_recs, nonblock)?;
+        req.nr_recs = got.records;
+        req.bytes = got.bytes;
+        // The records are in user memory already; if this copy fails the
+        // caller can still find them (it gets EFAULT, the data is there).
+        w.write(&req)?;
+        Ok(isize::try_from(got.bytes).unwrap_or(isize::MAX))
+    }
+
+    fn stats(&self, user: UserSlice) -> Result<isize> {
+        let inner = self.inner.lock();
+        let mut st = zcrx_rs_stats::default();
+        if let Some(area) = &inner.area {
+            st.area_buffers = area.nbufs() as u64;
+            st.free_buffers = area.free_count() as u64;
+            st.user_held = area.urefs().held();
+        }
+        if let Some(z) = &inner.zcrx {
+            let s = &z.stats;
+            st.zc_bytes = s.zc_bytes.get();
+            st.zc_records = s.zc_records.get();
+            st.copy_bytes = s.copy_bytes.get();
+            st.copy_records = s.copy_records.get();
+            st.alloc_fail = s.alloc_fail.get();
+            st.refill_bad = s.refill_bad.get();
+            st.refill_ok = s.refill_ok.get();
+        }
+        drop(inner);
+        user.writer().write(&st)?;
+        Ok(0)
+    }
+
+    fn unbind(&self) -> Result<isize> {
+        let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
+        if !zcrx.is_bound() {
+            return Err(ENODEV);
+        }
+        zcrx.unbind();
+        Ok(0)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Context {
+    fn drop(self: Pin<&mut Self>) {
+        let mut inner = self.inner.lock();
+        if let Some(zcrx) = inner.zcrx.take() {
+            zcrx.unbind();
+            zcrx.scrub();
+        }
+        inner.area = None;
+        drop(inner);
+        GLOBAL.contexts.sub(1);
     }
 }

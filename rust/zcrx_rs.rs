@@ -2,10 +2,16 @@
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! zcrx_rs: a page-pool memory provider for zero-copy TCP receive into
-//! pinned user pages.
+//! pinned user pages, on a plain TCP socket.
 //!
-//! This crate root holds only the module declaration and the module-level
-//! state: the `/dev/zcrx` misc device. Every open file is a [`Context`].
+//! The crate root holds the module declaration and the module state: the
+//! `/dev/zcrx` misc device, whose open files are [`context::Context`]s.
+//!
+//! Layout: [`net`] and [`mm`] are the abstraction layer, the only code that
+//! touches `kernel::bindings`; the rest is the provider logic in safe Rust:
+//! [`area`] (pinned user memory), [`freelist`], [`urefs`], [`refill`] (the
+//! ring), [`zcrx`] (the provider callbacks and bindings), [`recv`] (the
+//! receive walk), [`context`] (the device file), [`uapi`], [`stats`].
 
 use kernel::{
     miscdevice::{
@@ -15,12 +21,22 @@ use kernel::{
     prelude::*,
 };
 
+mod area;
 mod context;
+mod freelist;
+mod mm;
+mod net;
+mod recv;
+mod refill;
+mod stats;
+mod uapi;
+mod urefs;
+mod zcrx;
 
 use context::Context;
 
 /// Version of this module, printed on load.
-const VERSION: &str = "0.1.0";
+const VERSION: &str = "0.2.0";
 
 module! {
     type: ZcrxModule,
@@ -28,6 +44,7 @@ module! {
     authors: ["The zcrx-rs developers"],
     description: "Zero-copy TCP receive into pinned user pages (page-pool memory provider)",
     license: "GPL",
+    imports_ns: ["NETDEV_INTERNAL"],
 }
 
 /// Module state: the registration of `/dev/zcrx`.

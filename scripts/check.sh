@@ -48,7 +48,7 @@ stage_end
 # 2. the VM: KUnit + selftest (KTAP on stdout)
 stage_begin vm-tests
 "$ZCRX_TOP/scripts/vm.sh" --flavour "$flavour" --name check --timeout "$timeout" \
-	--append "kunit.enable=1" -- bash "$ZCRX_TOP/scripts/guest-tests.sh" | tee "$OUT/vm.log"
+	--append "kunit.enable=1 kunit.autorun=1" -- bash "$ZCRX_TOP/scripts/guest-tests.sh" | tee "$OUT/vm.log"
 vrc=${PIPESTATUS[0]}
 stage_end
 

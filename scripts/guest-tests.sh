@@ -10,20 +10,44 @@ KO=$B/zcrx-module/rust/zcrx_rs.ko
 rc=0
 
 # KUnit: the test build of the module carries its suites; they run on load
-# (kunit.enable=1) and leave their KTAP in debugfs until the module goes.
+# (kunit.enable=1 kunit.autorun=1) and leave their KTAP in debugfs until the
+# module goes. Flatten them into one KTAP document, one line per case, and
+# fail a suite whose cases did not all run.
+kunit_ktap() {
+	awk '
+	FNR == 1 { suite = FILENAME; sub(/\/results$/, "", suite); sub(/.*\//, "", suite); plan = -1; ran = 0 }
+	/^    1\.\.[0-9]+$/ { plan = substr($1, 4) + 0 }
+	/^    (not )?ok [0-9]+ / {
+		ran++
+		notok = ($1 == "not")
+		name = notok ? $4 : $3
+		res[++n] = (notok ? "not ok " : "ok ") n " kunit." suite "." name
+		if (notok) failed = 1
+	}
+	/^    # / && !/\.speed: / && !/# speed: / { res[++n] = ""; n--; diag[n] = diag[n] "\n# " substr($0, 7) }
+	ENDFILE {
+		if (plan < 0 || ran != plan) { res[++n] = "not ok " n " kunit." suite " (ran " ran " of " plan " cases)"; failed = 1 }
+	}
+	END {
+		print "TAP version 13"; print "1.." n
+		for (i = 1; i <= n; i++) { if (diag[i - 1] != "" && i > 0) printf "%s\n", substr(diag[i - 1], 2); print res[i] }
+		exit failed
+	}' "$@"
+}
+
 echo "# kunit: loading $KO"
 if insmod "$KO"; then
-	found=0
-	for r in /sys/kernel/debug/kunit/*/results; do
-		[ -e "$r" ] || continue
-		found=1
-		cat "$r"
-		grep -q '^not ok' "$r" && rc=1
-	done
-	[ $found -eq 1 ] || echo "# kunit: the module has no KUnit suites in this build"
+	set -- /sys/kernel/debug/kunit/zcrx_rs_*/results
+	if [ -e "$1" ]; then
+		kunit_ktap "$@" || rc=1
+	else
+		echo "TAP version 13"; echo "1..1"
+		echo "not ok 1 kunit (no zcrx_rs suites in debugfs: not a test build, or kunit not enabled)"
+		rc=1
+	fi
 	rmmod zcrx_rs || { echo "# kunit: rmmod zcrx_rs failed"; rc=1; }
 else
-	echo "not ok 1 kunit_module_load"
+	echo "TAP version 13"; echo "1..1"; echo "not ok 1 kunit_module_load"
 	rc=1
 fi
 

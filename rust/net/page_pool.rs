@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! A borrowed `struct page_pool`, as memory provider callbacks see it.
+
+use kernel::{
+    bindings,
+    types::Opaque, //
+};
+
+use super::netmem::Netmem;
+
+/// A page pool.
+///
+/// # Invariants
+///
+/// Only ever used by reference, obtained from a pointer the page pool core
+/// passed to a provider callback, or from a net_iov attached to the pool;
+/// the pool outlives the reference.
+#[repr(transparent)]
+pub(crate) struct PagePool(Opaque<bindings::page_pool>);
+
+impl PagePool {
+    /// # Safety
+    ///
+    /// `ptr` must point to a live page pool that outlives `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::page_pool) -> &'a Self {
+        // SAFETY: `PagePool` is a transparent wrapper; the caller guarantees
+        // validity for `'a`.
+        unsafe { &*ptr.cast() }
+    }
+
+    /// The raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::page_pool {
+        self.0.get()
+    }
+
+    fn raw(&self) -> &bindings::page_pool {
+        // SAFETY: by the type invariant the pool is live; the fields we read
+        // are set at creation and not changed afterwards.
+        unsafe { &*self.0.get() }
+    }
+
+    /// The provider's private pointer of this pool.
+    pub(crate) fn mp_priv(&self) -> *mut core::ffi::c_void {
+        self.raw().mp_priv
+    }
+
+    /// The device the pool maps its buffers for.
+    pub(crate) fn dma_dev(&self) -> *mut bindings::device {
+        self.raw().p.dev
+    }
+
+    /// Whether the pool DMA-maps its buffers.
+    pub(crate) fn dma_map(&self) -> bool {
+        self.raw().dma_map()
+    }
+
+    /// Whether the pool's buffers are only written by the device.
+    pub(crate) fn from_device(&self) -> bool {
+        self.raw().p.dma_dir == bindings::dma_data_direction_DMA_FROM_DEVICE
+    }
+
+    /// Buffer order (0: one page).
+    pub(crate) fn order(&self) -> u32 {
+        self.raw().p.order
+    }
+
+    /// Offset of the data in each buffer.
+    pub(crate) fn offset(&self) -> u32 {
+        self.raw().p.offset
+    }
+
+    /// Gives `nm`, whose page-pool reference the caller owns and whose last
+    /// user is gone, back to the pool it belongs to (`page_pool_put_unrefed_netmem`).
+    pub(crate) fn put_unrefed(&self, nm: Netmem<'_>) {
+        // SAFETY: the pool is live and `nm` is one of its buffers with no
+        // reference left (the caller just dropped the last one).
+        unsafe { bindings::page_pool_put_unrefed_netmem(
+                self.as_raw(),
+                nm.raw(),
+                u32::MAX, // -1: sync the whole buffer if needed
+                false,
+            ) }
+    }
+
+    /// Syncs `nm` for the device before the pool hands it to the NIC again,
+    /// when the device needs explicit syncs (the pool itself only syncs what
+    /// it recycles).
+    pub(crate) fn sync_for_device(&self, nm: Netmem<'_>, len: u32) {
+        let dev = self.dma_dev();
+        // SAFETY: `dev` is the pool's live DMA device; the address is one the
+        // provider mapped for it.
+        unsafe {
+            if bindings::dma_dev_need_sync(dev) {
+                bindings::__dma_sync_single_for_device(
+                    dev,
+                    nm.dma_addr() + u64::from(self.offset()),
+                    len as usize,
+                    self.raw().p.dma_dir,
+                );
+            }
+        }
+    }
+}
+
+/// The buffers an `alloc_netmems` callback hands to a pool, written straight
+/// into the pool's allocation cache like the C providers do.
+///
+/// # Invariants
+///
+/// `cache` is `pool->alloc.cache`, which is empty (`alloc.count == 0`) while
+/// the callback runs; `len <= cache.len()`.
+pub(crate) struct AllocBatch<'a> {
+    pool: &'a PagePool,
+    cache: &'a mut [bindings::netmem_ref],
+    len: usize,
+}
+
+impl<'a> AllocBatch<'a> {
+    /// Largest batch a pool takes (`PP_ALLOC_CACHE_REFILL`).
+    pub(crate) const MAX: usize = bindings::PP_ALLOC_CACHE_REFILL as usize;
+
+    /// # Safety
+    ///
+    /// Only from an `alloc_netmems` callback of `pool`, whose cache is empty.
+    pub(crate) unsafe fn new(pool: &'a PagePool) -> Self {
+        // SAFETY: the caller runs inside `alloc_netmems`, which owns the
+        // pool's allocation cache; it holds at least `PP_ALLOC_CACHE_SIZE`.
+        let cache = unsafe { &mut (*pool.as_raw()).alloc.cache };
+        let max = Self::MAX.min(cache.len());
+        AllocBatch { pool, cache: &mut cache[..max], len: 0 }
+    }
+
+    /// The pool being filled.
+    pub(crate) fn pool(&self) -> &'a PagePool {
+        self.pool
+    }
+
+    /// Room left.
+    pub(crate) fn room(&self) -> usize {
+        self.cache.len() - self.len
+    }
+
+    /// Adds a buffer; it must be attached to this pool with one reference.
+    pub(crate) fn push(&mut self, nm: Netmem<'_>) {
+        if self.len < self.cache.len() {
+            self.cache[self.len] = nm.raw();
+            self.len += 1;
+        }
+    }
+
+    /// Buffers added so far.
+    pub(crate) fn netmems(&self) -> impl Iterator<Item = Netmem<'_>> + '_ {
+        self.cache[..self.len].iter().map(|&r| Netmem::from_raw(r))
+    }
+
+    /// Number of buffers added.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Completes the callback: all but the last buffer go to the cache, the
+    /// last one is returned (0 when there is none), as the C contract wants.
+    pub(crate) fn finish(self) -> bindings::netmem_ref {
+        if self.len == 0 {
+            return 0;
+        }
+        // SAFETY: the cache holds `len` valid entries and was empty before.
+        unsafe { (*self.pool.as_raw()).alloc.count = (self.len - 1) as u32 };
+        self.cache[self.len - 1]
+    }
+}

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Read-only views of socket buffers: the linear part, page/netmem frags
+//! and the frag list.
+
+use kernel::{
+    bindings,
+    prelude::*,
+    types::Opaque, //
+};
+
+use super::netmem::Netmem;
+
+/// A `struct sk_buff`, borrowed from the socket's receive queue.
+///
+/// # Invariants
+///
+/// The skb is live and not modified for the lifetime of the reference (the
+/// socket lock is held by whoever handed it out).
+#[repr(transparent)]
+pub(crate) struct SkBuff(Opaque<bindings::sk_buff>);
+
+impl SkBuff {
+    /// # Safety
+    ///
+    /// `ptr` is a live skb that nobody modifies during `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::sk_buff) -> &'a Self {
+        // SAFETY: transparent wrapper; validity is the caller's promise.
+        unsafe { &*ptr.cast() }
+    }
+
+    fn as_raw(&self) -> *mut bindings::sk_buff {
+        self.0.get()
+    }
+
+    /// Total length (linear part, frags and frag list).
+    pub(crate) fn len(&self) -> u32 {
+        // SAFETY: by the type invariant the skb is live.
+        unsafe { (*self.as_raw()).len }
+    }
+
+    /// Length of the linear part.
+    pub(crate) fn headlen(&self) -> u32 {
+        // SAFETY: by the type invariant the skb is live.
+        unsafe { bindings::skb_headlen(self.as_raw()) }
+    }
+
+    fn shinfo(&self) -> &bindings::skb_shared_info {
+        // SAFETY: a live skb always has its shared info.
+        unsafe { &*bindings::skb_shinfo(self.as_raw()) }
+    }
+
+    /// The page/netmem frags.
+    pub(crate) fn frags(&self) -> &[Frag] {
+        let sh = self.shinfo();
+        let n = usize::from(sh.nr_frags).min(sh.frags.len());
+        // SAFETY: `Frag` is a transparent wrapper of `skb_frag_t`.
+        unsafe { core::slice::from_raw_parts(sh.frags.as_ptr().cast(), n) }
+    }
+
+    /// The skbs on the frag list, in order.
+    pub(crate) fn frag_list(&self) -> FragListIter<'_> {
+        FragListIter { next: self.shinfo().frag_list, _p: core::marker::PhantomData }
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` of the data
+    /// (`skb_copy_bits`): works for the linear part, page frags and the
+    /// frag list, but not for unreadable (net_iov) frags.
+    pub(crate) fn copy_bits(&self, offset: u32, dst: &mut [u8]) -> Result {
+        let len = i32::try_from(dst.len()).map_err(|_| EINVAL)?;
+        let off = i32::try_from(offset).map_err(|_| EINVAL)?;
+        // SAFETY: the skb is live; `dst` is valid for `len` bytes.
+        kernel::error::to_result(unsafe {
+            bindings::skb_copy_bits(self.as_raw(), off, dst.as_mut_ptr().cast(), len)
+        })
+    }
+}
+
+/// One frag of an skb.
+#[repr(transparent)]
+pub(crate) struct Frag(Opaque<bindings::skb_frag_t>);
+
+impl Frag {
+    fn as_raw(&self) -> *mut bindings::skb_frag_t {
+        self.0.get()
+    }
+
+    /// Length of the frag.
+    pub(crate) fn size(&self) -> u32 {
+        // SAFETY: the frag belongs to a live skb.
+        unsafe { bindings::skb_frag_size(self.as_raw()) }
+    }
+
+    /// Offset of the data in the buffer.
+    pub(crate) fn off(&self) -> u32 {
+        // SAFETY: the frag belongs to a live skb.
+        unsafe { bindings::skb_frag_off(self.as_raw()) }
+    }
+
+    /// The buffer holding the data.
+    pub(crate) fn netmem(&self) -> Netmem<'_> {
+        // SAFETY: the frag belongs to a live skb, which holds the buffer.
+        Netmem::from_raw(unsafe { bindings::skb_frag_netmem(self.as_raw()) })
+    }
+}
+
+/// Iterator over an skb's frag list.
+pub(crate) struct FragListIter<'a> {
+    next: *mut bindings::sk_buff,
+    _p: core::marker::PhantomData<&'a SkBuff>,
+}
+
+impl<'a> Iterator for FragListIter<'a> {
+    type Item = &'a SkBuff;
+
+    fn next(&mut self) -> Option<&'a SkBuff> {
+        if self.next.is_null() {
+            return None;
+        }
+        // SAFETY: skbs on a frag list live as long as their parent, which is
+        // live for `'a`.
+        let skb = unsafe { SkBuff::from_raw(self.next) };
+        // SAFETY: as above.
+        self.next = unsafe { (*self.next).__bindgen_anon_1.__bindgen_anon_1.next };
+        Some(skb)
+    }
+}

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! TCP sockets named by a file descriptor: lookup, the socket lock, and
+//! reading the receive queue with `tcp_read_sock()`.
+
+use core::{ffi::c_void, ptr::NonNull};
+
+use kernel::{
+    bindings,
+    fs::file::LocalFile,
+    prelude::*,
+    sync::aref::ARef, //
+};
+
+use super::skb::SkBuff;
+
+/// A TCP socket (IPv4 or IPv6), kept alive by a reference to its file.
+///
+/// # Invariants
+///
+/// `sk` is the `struct sock` of `file`'s socket, and its protocol is TCP
+/// (`sk_prot->recvmsg == tcp_prot.recvmsg`).
+pub(crate) struct TcpSocket {
+    file: ARef<LocalFile>,
+    sk: NonNull<bindings::sock>,
+}
+
+impl TcpSocket {
+    /// The TCP socket behind `fd`: `EBADF` if there is no such fd, `ENOTSOCK`
+    /// if it is not a socket, `EPROTONOSUPPORT` if it is not TCP.
+    pub(crate) fn from_fd(fd: i32) -> Result<Self> {
+        let fd = u32::try_from(fd).map_err(|_| EBADF)?;
+        let file = LocalFile::fget(fd).map_err(|_| EBADF)?;
+        // SAFETY: `file` is a live file; sock_from_file only looks at it.
+        let sock = unsafe { bindings::sock_from_file(file.as_ptr()) };
+        if sock.is_null() {
+            return Err(ENOTSOCK);
+        }
+        // SAFETY: a live socket file has its socket, whose `sk` is set for
+        // inet sockets; it lives as long as the file.
+        let sk = NonNull::new(unsafe { (*sock).sk }).ok_or(ENOTSOCK)?;
+        // SAFETY: `sk` is live; `sk_prot` is set for every sock. `tcp_prot`
+        // is exported and its recvmsg is shared by TCP over IPv4 and IPv6.
+        let is_tcp = unsafe {
+            bindings::sk_is_tcp(sk.as_ptr())
+                && (*(*sk.as_ptr()).__sk_common.skc_prot).recvmsg.map(|f| f as usize)
+                    == bindings::tcp_prot.recvmsg.map(|f| f as usize)
+        };
+        if !is_tcp {
+            return Err(EPROTONOSUPPORT);
+        }
+        Ok(Self { file, sk })
+    }
+
+    /// Whether the socket file is in non-blocking mode (`O_NONBLOCK`).
+    pub(crate) fn nonblocking(&self) -> bool {
+        self.file.flags() & bindings::O_NONBLOCK != 0
+    }
+
+    /// Takes the socket lock (`lock_sock`), as a receive call does.
+    pub(crate) fn lock(&self) -> LockedSock<'_> {
+        // SAFETY: the sock is live; lock_sock may sleep, we are in process context.
+        unsafe { bindings::lock_sock(self.sk.as_ptr()) };
+        LockedSock { sock: self }
+    }
+}
+
+/// TCP connection states we care about.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum TcpState {
+    /// Listening for connections.
+    Listen,
+    /// Closed (never connected, or connection gone).
+    Close,
+    /// Any other state.
+    Other,
+}
+
+/// A locked TCP socket, unlocked (`release_sock`) on drop.
+pub(crate) struct LockedSock<'a> {
+    sock: &'a TcpSocket,
+}
+
+/// What a read actor tells [`LockedSock::read`].
+pub(crate) type ActorResult = core::result::Result<usize, Error>;
+
+impl LockedSock<'_> {
+    fn sk(&self) -> *mut bindings::sock {
+        self.sock.sk.as_ptr()
+    }
+
+    /// Connection state.
+    pub(crate) fn state(&self) -> TcpState {
+        // SAFETY: the sock is live and locked.
+        let st = u32::from(unsafe { (*self.sk()).__sk_common.skc_state });
+        match st {
+            bindings::TCP_LISTEN => TcpState::Listen,
+            bindings::TCP_CLOSE => TcpState::Close,
+            _ => TcpState::Other,
+        }
+    }
+
+    /// The peer finished sending and everything was read (`SOCK_DONE`).
+    pub(crate) fn done(&self) -> bool {
+        // SAFETY: the sock is live and locked.
+        unsafe { bindings::sock_flag(self.sk(), bindings::sock_flags_SOCK_DONE) }
+    }
+
+    /// The receive side is shut down (FIN received or `shutdown(SHUT_RD)`).
+    pub(crate) fn rcv_shutdown(&self) -> bool {
+        // SAFETY: the sock is live and locked.
+        u32::from(unsafe { (*self.sk()).sk_shutdown }) & bindings::RCV_SHUTDOWN != 0
+    }
+
+    /// Takes the pending socket error, if any (`sock_error`), as a negative errno.
+    pub(crate) fn take_error(&self) -> Option<Error> {
+        // SAFETY: the sock is live and locked.
+        let e = unsafe { bindings::sock_error(self.sk()) };
+        (e != 0).then(|| Error::from_errno(e))
+    }
+
+    /// Receive timeout: 0 for non-blocking calls.
+    pub(crate) fn rcvtimeo(&self, nonblock: bool) -> isize {
+        // SAFETY: the sock is live.
+        unsafe { bindings::sock_rcvtimeo(self.sk(), nonblock) }
+    }
+
+    /// Waits for data (releasing the lock while sleeping) for at most
+    /// `timeo` jiffies, updating it. Returns `Err` with the errno to report
+    /// when a signal interrupted the wait.
+    pub(crate) fn wait_data(&mut self, timeo: &mut isize) -> Result {
+        // SAFETY: the sock is live and locked, as sk_wait_data requires.
+        unsafe { bindings::sk_wait_data(self.sk(), timeo, core::ptr::null()) };
+        // SAFETY: reading the current task's signal state is always safe.
+        if unsafe { bindings::signal_pending(bindings::get_current()) } != 0 {
+            // SAFETY: pure computation on the timeout.
+            return Err(Error::from_errno(unsafe { bindings::sock_intr_errno(*timeo) }));
+        }
+        Ok(())
+    }
+
+    /// Reads the receive queue with `tcp_read_sock()`, calling `actor` for
+    /// each piece of data: `(skb, offset, len)`. The actor returns how many
+    /// bytes it consumed (0 stops the read), or an error. Returns the bytes
+    /// consumed in all, or the first error if nothing was consumed.
+    pub(crate) fn read<F>(&mut self, actor: &mut F) -> Result<usize>
+    where
+        F: FnMut(&SkBuff, u32, usize) -> ActorResult,
+    {
+        let mut state = ActorState { actor, error: None };
+        // SAFETY: all-zero is a valid read descriptor; we set what we use.
+        let mut desc: bindings::read_descriptor_t = unsafe { core::mem::zeroed() };
+        desc.count = usize::MAX;
+        desc.arg.data = (&mut state as *mut ActorState<'_, F>).cast::<c_void>();
+        // SAFETY: the sock is live and locked; `desc` and `state` outlive the
+        // call; `read_actor::<F>` matches `state`'s type.
+        let ret = unsafe { bindings::tcp_read_sock(self.sk(), &mut desc, Some(read_actor::<F>)) };
+        if ret > 0 {
+            Ok(ret as usize)
+        } else if let Some(e) = state.error {
+            Err(e)
+        } else if ret < 0 {
+            Err(Error::from_errno(ret))
+        } else {
+            Ok(0)
+        }
+    }
+}
+
+impl Drop for LockedSock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `lock()` took the socket lock.
+        unsafe { bindings::release_sock(self.sk()) };
+    }
+}
+
+struct ActorState<'a, F> {
+    actor: &'a mut F,
+    error: Option<Error>,
+}
+
+unsafe extern "C" fn read_actor<F>(
+    desc: *mut bindings::read_descriptor_t,
+    skb: *mut bindings::sk_buff,
+    offset: u32,
+    len: usize,
+) -> i32
+where
+    F: FnMut(&SkBuff, u32, usize) -> ActorResult,
+{
+    // SAFETY: `desc.arg.data` was set by `LockedSock::read` to its state.
+    let state = unsafe { &mut *(*desc).arg.data.cast::<ActorState<'_, F>>() };
+    // SAFETY: tcp_read_sock passes a live skb of the locked socket.
+    let skb = unsafe { SkBuff::from_raw(skb) };
+    // tcp_read_sock limits nothing itself: never report more than one call
+    // can express.
+    let len = len.min(i32::MAX as usize);
+    match (state.actor)(skb, offset, len) {
+        Ok(n) => n.min(len) as i32,
+        Err(e) => {
+            state.error = Some(e);
+            0
+        }
+    }
+}

@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Receiving: walk the next bytes of a TCP stream and describe them as
+//! records of the area.
+//!
+//! Frags that are buffers of our area (the NIC wrote them there) are handed
+//! over as they are: the user gets a reference and a record. Everything
+//! else — headers the NIC did not split, packets that came when the pool
+//! was dry, flows on other queues — is copied into free buffers of the area
+//! and flagged `ZCRX_RS_REC_COPY`. When no buffer is free the call returns
+//! what it has; the rest stays in the socket.
+//!
+//! Records reach user memory in batches, each batch before the bytes it
+//! describes are consumed from the socket: a failed copy to the user gives
+//! the batch's buffers back and leaves its bytes in the socket, so nothing
+//! is ever lost.
+
+use kernel::{prelude::*, transmute::AsBytes, uaccess::UserSliceWriter};
+
+use crate::mm::pin::PAGE_SIZE;
+use crate::net::{
+    skb::SkBuff,
+    sock::{ActorResult, LockedSock, TcpSocket, TcpState},
+};
+use crate::uapi::{zcrx_rs_rec, ZCRX_RS_REC_COPY};
+use crate::zcrx::Zcrx;
+
+/// Records buffered before they are written to user memory.
+pub(crate) const BATCH: usize = 32;
+
+/// Where records go (user memory, or a test's buffer).
+pub(crate) trait RecordSink {
+    /// Appends `recs`.
+    fn write(&mut self, recs: &[zcrx_rs_rec]) -> Result;
+}
+
+impl RecordSink for UserSliceWriter {
+    fn write(&mut self, recs: &[zcrx_rs_rec]) -> Result {
+        self.write_slice(recs.as_bytes())
+    }
+}
+
+/// Records on their way to a sink, at most `cap` in all.
+///
+/// # Invariants
+///
+/// `n <= BATCH`; `delivered + n <= cap`; `pending_bytes` is the sum of the
+/// lengths of the `n` buffered records.
+pub(crate) struct RecordBatch<S: RecordSink> {
+    sink: S,
+    buf: [zcrx_rs_rec; BATCH],
+    n: usize,
+    cap: u32,
+    delivered: u32,
+    delivered_bytes: u64,
+    pending_bytes: u64,
+}
+
+impl<S: RecordSink> RecordBatch<S> {
+    /// A batch writing at most `cap` records to `sink`.
+    pub(crate) fn new(sink: S, cap: u32) -> Self {
+        Self {
+            sink,
+            buf: [zcrx_rs_rec::default(); BATCH],
+            n: 0,
+            cap,
+            delivered: 0,
+            delivered_bytes: 0,
+            pending_bytes: 0,
+        }
+    }
+
+    /// Whether another record may be added (after a flush if `buffer_full`).
+    pub(crate) fn has_room(&self) -> bool {
+        self.delivered as usize + self.n < self.cap as usize
+    }
+
+    /// Whether the buffer must be flushed before the next push.
+    pub(crate) fn buffer_full(&self) -> bool {
+        self.n == BATCH
+    }
+
+    /// Adds a record; the caller checked `has_room` and `!buffer_full`.
+    pub(crate) fn push(&mut self, rec: zcrx_rs_rec) {
+        if self.n < BATCH && self.has_room() {
+            self.pending_bytes += u64::from(rec.len);
+            self.buf[self.n] = rec;
+            self.n += 1;
+        }
+    }
+
+    /// Writes the buffered records. On failure they stay pending (see
+    /// [`RecordBatch::take_pending`]).
+    pub(crate) fn flush(&mut self) -> Result {
+        if self.n == 0 {
+            return Ok(());
+        }
+        self.sink.write(&self.buf[..self.n])?;
+        self.delivered += self.n as u32;
+        self.delivered_bytes += self.pending_bytes;
+        self.n = 0;
+        self.pending_bytes = 0;
+        Ok(())
+    }
+
+    /// Drops the buffered records, calling `f` on each (to give their
+    /// buffers back).
+    pub(crate) fn take_pending(&mut self, mut f: impl FnMut(&zcrx_rs_rec)) {
+        for r in &self.buf[..self.n] {
+            f(r);
+        }
+        self.n = 0;
+        self.pending_bytes = 0;
+    }
+
+    /// Records written to the sink.
+    pub(crate) fn delivered(&self) -> u32 {
+        self.delivered
+    }
+
+    /// Bytes described by the records written to the sink.
+    pub(crate) fn delivered_bytes(&self) -> u64 {
+        self.delivered_bytes
+    }
+
+    /// Bytes described by records not written yet.
+    pub(crate) fn pending_bytes(&self) -> u64 {
+        self.pending_bytes
+    }
+}
+
+/// Why a receive call stopped early.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stop {
+    /// No free buffer for a copy.
+    NoBuffers,
+    /// The caller's record array is full.
+    RecordsFull,
+    /// Writing records to the user failed.
+    Fault,
+}
+
+/// The state of one receive call while `tcp_read_sock` walks the queue.
+struct Walker<'a, S: RecordSink> {
+    zcrx: &'a Zcrx,
+    batch: RecordBatch<S>,
+    stop: Option<Stop>,
+}
+
+impl<S: RecordSink> Walker<'_, S> {
+    /// Gives back the buffers of records that never reached the user.
+    fn drop_pending(&mut self) {
+        let zcrx = self.zcrx;
+        self.batch.take_pending(|r| {
+            let _ = zcrx.user_return(r.off as usize / PAGE_SIZE);
+        });
+    }
+
+    /// Makes room for one record; false (and `stop` set) if there is none.
+    fn make_room(&mut self) -> bool {
+        if self.stop.is_some() {
+            return false;
+        }
+        if !self.batch.has_room() {
+            self.stop = Some(Stop::RecordsFull);
+            return false;
+        }
+        if self.batch.buffer_full() && self.batch.flush().is_err() {
+            self.drop_pending();
+            self.stop = Some(Stop::Fault);
+            return false;
+        }
+        true
+    }
+
+    /// `tcp_read_sock` actor: `len` bytes of `skb` from `offset`.
+    fn on_skb(&mut self, skb: &SkBuff, offset: u32, len: usize) -> ActorResult {
+        if self.stop.is_some() {
+            return Ok(0);
+        }
+        let before = self.batch.delivered_bytes();
+        let walked = self.walk(skb, offset, len);
+        if self.batch.flush().is_err() {
+            self.drop_pending();
+            self.stop = Some(Stop::Fault);
+        }
+        let consumed = (self.batch.delivered_bytes() - before) as usize;
+        match walked {
+            Err(e) if consumed == 0 => Err(e),
+            _ => Ok(consumed),
+        }
+    }
+
+    /// Describes `len` bytes of `skb` from `offset`; returns how many it
+    /// could (less when a stop condition hit).
+    fn walk(&mut self, skb: &SkBuff, offset: u32, len: usize) -> Result<usize> {
+        let end = offset as usize + len;
+        let mut off = offset as usize;
+
+        let headlen = skb.headlen() as usize;
+        if off < headlen {
+            let n = headlen.min(end) - off;
+            let done = self.copy(skb, off, n)?;
+            off += done;
+            if done < n {
+                return Ok(off - offset as usize);
+            }
+        }
+
+        let mut start = headlen;
+        for frag in skb.frags() {
+            let fend = start + frag.size() as usize;
+            if off < fend && off < end {
+                let n = fend.min(end) - off;
+                let done = match self.zcrx.area().niovs().index_of(frag.netmem()) {
+                    Some(idx) => self.zero_copy(idx, frag.off() as usize + (off - start), n)?,
+                    // Another provider's memory: not readable, not ours.
+                    None if frag.netmem().is_net_iov() => return Err(EFAULT),
+                    None => self.copy(skb, off, n)?,
+                };
+                off += done;
+                if done < n {
+                    return Ok(off - offset as usize);
+                }
+            }
+            start = fend;
+        }
+
+        for sub in skb.frag_list() {
+            let send = start + sub.len() as usize;
+            if off < send && off < end {
+                let n = send.min(end) - off;
+                let done = self.walk(sub, (off - start) as u32, n)?;
+                off += done;
+                if done < n {
+                    return Ok(off - offset as usize);
+                }
+            }
+            start = send;
+        }
+        Ok(off - offset as usize)
+    }
+
+    /// Hands `n` bytes at `boff` of our buffer `idx` to the user.
+    fn zero_copy(&mut self, idx: usize, boff: usize, n: usize) -> Result<usize> {
+        if boff + n > PAGE_SIZE {
+            return Err(EFAULT);
+        }
+        if !self.make_room() {
+            return Ok(0);
+        }
+        // The skb keeps its reference; ours keeps the buffer from being
+        // recycled while the user reads it. Take it before the user ref.
+        self.zcrx.area().niovs().netmem(idx).pp_ref();
+        self.zcrx.area().urefs().get(idx);
+        self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE + boff) as u64, len: n as u32, flags: 0 });
+        self.zcrx.stats.zc_bytes.add(n as u64);
+        self.zcrx.stats.zc_records.add(1);
+        Ok(n)
+    }
+
+    /// Copies `n` readable bytes of `skb` at `off` into free buffers.
+    fn copy(&mut self, skb: &SkBuff, off: usize, n: usize) -> Result<usize> {
+        let area = self.zcrx.area();
+        let mut done = 0;
+        while done < n {
+            if !self.make_room() {
+                break;
+            }
+            let Some(idx) = area.alloc_free() else {
+                self.stop = Some(Stop::NoBuffers);
+                break;
+            };
+            let chunk = (n - done).min(PAGE_SIZE);
+            let r = area.pages().with_page_mut(idx, |page| skb.copy_bits((off + done) as u32, &mut page[..chunk]));
+            if let Err(e) = r {
+                area.release(idx);
+                return Err(e);
+            }
+            // A copy buffer belongs to no pool; its one reference is the
+            // user's, dropped when the user returns it.
+            area.niovs().netmem(idx).pp_set_refs(1);
+            area.urefs().get(idx);
+            self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE) as u64, len: chunk as u32, flags: ZCRX_RS_REC_COPY });
+            self.zcrx.stats.copy_bytes.add(chunk as u64);
+            self.zcrx.stats.copy_records.add(1);
+            done += chunk;
+        }
+        Ok(done)
+    }
+}
+
+/// Result of a receive call.
+pub(crate) struct Received {
+    /// Records written.
+    pub(crate) records: u32,
+    /// Bytes they describe (0 with 0 records: end of stream).
+    pub(crate) bytes: u64,
+}
+
+/// Receives from `sock` into at most `cap` records written to `sink`.
+///
+/// Like `recv()`: blocks until data arrives unless `nonblock` (then
+/// `EAGAIN`), honours `SO_RCVTIMEO` and signals, returns 0 bytes at end of
+/// stream and the socket's error if it has one. `ENOBUFS` when data is
+/// there but no buffer is free to copy it into (return buffers through the
+/// refill ring and call again); `ENOTCONN` on a listening or unconnected
+/// socket.
+pub(crate) fn recv<S: RecordSink>(
+    zcrx: &Zcrx,
+    sock: &TcpSocket,
+    sink: S,
+    cap: u32,
+    nonblock: bool,
+) -> Result<Received> {
+    let mut w = Walker { zcrx, batch: RecordBatch::new(sink, cap), stop: None };
+    let mut lock = sock.lock();
+    if lock.state() == TcpState::Listen {
+        return Err(ENOTCONN);
+    }
+    let mut timeo = lock.rcvtimeo(nonblock);
+    let mut drained = false;
+    loop {
+        let r = lock.read(&mut |skb: &SkBuff, off: u32, len: usize| w.on_skb(skb, off, len));
+        if w.batch.delivered() > 0 {
+            break;
+        }
+        r?;
+        match w.stop {
+            Some(Stop::NoBuffers) if !drained => {
+                // Buffers the user gave back may wait on the refill ring
+                // with no page pool to consume it: take them and retry.
+                zcrx.drain_refill();
+                drained = true;
+                w.stop = None;
+                continue;
+            }
+            Some(Stop::NoBuffers) => return Err(ENOBUFS),
+            Some(Stop::Fault) => return Err(EFAULT),
+            Some(Stop::RecordsFull) | None => {}
+        }
+        if eof_or_error(&lock)? {
+            break;
+        }
+        if timeo == 0 {
+            return Err(EAGAIN);
+        }
+        lock.wait_data(&mut timeo)?;
+    }
+    drop(lock);
+    debug_assert!(w.batch.pending_bytes() == 0);
+    Ok(Received { records: w.batch.delivered(), bytes: w.batch.delivered_bytes() })
+}
+
+/// Nothing was read: true at end of stream, the socket's error, or false
+/// when the caller should wait for data.
+fn eof_or_error(lock: &LockedSock<'_>) -> Result<bool> {
+    if lock.done() {
+        return Ok(true);
+    }
+    if let Some(e) = lock.take_error() {
+        return Err(e);
+    }
+    if lock.rcv_shutdown() {
+        return Ok(true);
+    }
+    if lock.state() == TcpState::Close {
+        return Err(ENOTCONN);
+    }
+    Ok(false)
+}
+
+#[cfg(zcrx_kunit)]
+#[kunit_tests(zcrx_rs_records)]
+mod tests {
+    use super::*;
+
+    /// A sink that keeps what it gets and fails on request.
+    struct VecSink {
+        got: KVec<zcrx_rs_rec>,
+        writes: u32,
+        fail_at_write: Option<u32>,
+    }
+
+    impl RecordSink for &mut VecSink {
+        fn write(&mut self, recs: &[zcrx_rs_rec]) -> Result {
+            self.writes += 1;
+            if self.fail_at_write == Some(self.writes) {
+                return Err(EFAULT);
+            }
+            for r in recs {
+                self.got.push(*r, GFP_KERNEL)?;
+            }
+            Ok(())
+        }
+    }
+
+    fn rec(i: u64) -> zcrx_rs_rec {
+        zcrx_rs_rec { off: i * PAGE_SIZE as u64, len: 100, flags: 0 }
+    }
+
+    #[test]
+    fn batches_of_batch_size() -> Result {
+        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: None };
+        let mut b = RecordBatch::new(&mut s, 1000);
+        for i in 0..(BATCH as u64 * 2 + 3) {
+            if b.buffer_full() {
+                b.flush()?;
+            }
+            b.push(rec(i));
+        }
+        b.flush()?;
+        assert_eq!(b.delivered(), BATCH as u32 * 2 + 3);
+        assert_eq!(b.delivered_bytes(), 100 * (BATCH as u64 * 2 + 3));
+        drop(b);
+        assert_eq!(s.writes, 3);
+        assert_eq!(s.got.len(), BATCH * 2 + 3);
+        assert_eq!(s.got[BATCH + 1].off, (BATCH as u64 + 1) * PAGE_SIZE as u64);
+        Ok(())
+    }
+
+    #[test]
+    fn capacity_is_never_exceeded() -> Result {
+        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: None };
+        let mut b = RecordBatch::new(&mut s, 5);
+        let mut pushed = 0;
+        while b.has_room() {
+            b.push(rec(pushed));
+            pushed += 1;
+        }
+        assert_eq!(pushed, 5);
+        b.push(rec(99)); // ignored: no room
+        b.flush()?;
+        assert_eq!(b.delivered(), 5);
+        assert!(!b.has_room());
+        Ok(())
+    }
+
+    #[test]
+    fn failed_flush_keeps_records_pending() -> Result {
+        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: Some(2) };
+        let mut b = RecordBatch::new(&mut s, 100);
+        b.push(rec(1));
+        b.flush()?;
+        b.push(rec(2));
+        b.push(rec(3));
+        assert!(b.flush().is_err());
+        assert_eq!(b.delivered(), 1);
+        assert_eq!(b.pending_bytes(), 200);
+        let mut returned = KVec::new();
+        b.take_pending(|r| {
+            let _ = returned.push(r.off, GFP_KERNEL);
+        });
+        assert_eq!(returned.len(), 2);
+        assert_eq!(b.pending_bytes(), 0);
+        assert_eq!(b.delivered_bytes(), 100);
+        Ok(())
+    }
+}

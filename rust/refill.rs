@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The refill ring: user space hands buffers back through it.
+//!
+//! Layout (offsets returned to user space in `zcrx_rs_ring_offsets`):
+//! the kernel's consumer index `head` (u32) at [`HEAD_OFF`], the user's
+//! producer index `tail` (u32) at [`TAIL_OFF`], on separate cache lines,
+//! and `entries` × `struct zcrx_rs_rqe` from [`RQES_OFF`].
+//!
+//! Ordering: the user writes entries, then stores `tail` with release; the
+//! kernel loads `tail` with acquire, reads each entry exactly once, and
+//! stores `head` with release after it is done with them. Entries are never
+//! trusted: each is validated ([`parse_rqe`]) and the buffer must be held
+//! by the user (see [`crate::urefs`]).
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use kernel::prelude::*;
+
+use crate::mm::{index_nospec, pin::PAGE_SIZE, shared::SharedMem};
+use crate::uapi;
+
+/// Offset of the consumer index.
+pub(crate) const HEAD_OFF: u32 = 0;
+/// Offset of the producer index.
+pub(crate) const TAIL_OFF: u32 = 64;
+/// Offset of the entries.
+pub(crate) const RQES_OFF: u32 = 128;
+
+/// Why a refill entry was refused.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum BadRqe {
+    /// Reserved field not zero.
+    Pad,
+    /// Offset not at a buffer boundary.
+    Unaligned,
+    /// Offset beyond the area.
+    OutOfRange,
+}
+
+/// Validates an entry's fields: returns the buffer index in an area of
+/// `nbufs` buffers.
+pub(crate) fn parse_rqe(off: u64, pad: u32, nbufs: usize) -> core::result::Result<usize, BadRqe> {
+    if pad != 0 {
+        return Err(BadRqe::Pad);
+    }
+    if off % PAGE_SIZE as u64 != 0 {
+        return Err(BadRqe::Unaligned);
+    }
+    let idx = off / PAGE_SIZE as u64;
+    if idx >= nbufs as u64 {
+        return Err(BadRqe::OutOfRange);
+    }
+    // Bounds-checked above; keep speculation from using an unchecked index.
+    Ok(index_nospec(idx as usize, nbufs))
+}
+
+/// Ring size for a requested number of entries: a power of two in
+/// `1..=ZCRX_RS_RQ_MAX_ENTRIES`.
+pub(crate) fn ring_entries(requested: u32) -> Result<u32> {
+    if requested == 0 || requested > uapi::ZCRX_RS_RQ_MAX_ENTRIES {
+        return Err(EINVAL);
+    }
+    Ok(requested.next_power_of_two())
+}
+
+/// Bytes to mmap for a ring of `entries` entries.
+pub(crate) fn ring_bytes(entries: u32) -> usize {
+    (RQES_OFF as usize + entries as usize * core::mem::size_of::<uapi::zcrx_rs_rqe>())
+        .next_multiple_of(PAGE_SIZE)
+}
+
+/// The ring memory and its size. The consumer position (`cached_head`) is
+/// kept by the owner under its lock.
+///
+/// # Invariants
+///
+/// `mem` holds at least [`ring_bytes`]`(entries)` bytes; `entries` is a
+/// power of two.
+pub(crate) struct RefillRing {
+    mem: SharedMem,
+    entries: u32,
+}
+
+impl RefillRing {
+    /// A zeroed ring of `entries` (a power of two) entries.
+    pub(crate) fn new(entries: u32) -> Result<Self> {
+        if !entries.is_power_of_two() {
+            return Err(EINVAL);
+        }
+        Ok(Self { mem: SharedMem::new(ring_bytes(entries))?, entries })
+    }
+
+    /// The memory, to mmap.
+    pub(crate) fn mem(&self) -> &SharedMem {
+        &self.mem
+    }
+
+    fn index(&self, off: u32) -> &AtomicU32 {
+        // SAFETY: `off` is HEAD_OFF or TAIL_OFF, 4-byte aligned and inside
+        // the (page aligned) ring memory, which lives as long as `self`.
+        // User space may write these words concurrently: atomics only.
+        unsafe { &*self.mem.as_ptr().add(off as usize).cast::<AtomicU32>() }
+    }
+
+    /// Entries the user has published past `head`, at most the ring size.
+    pub(crate) fn available(&self, head: u32) -> u32 {
+        let tail = self.index(TAIL_OFF).load(Ordering::Acquire);
+        tail.wrapping_sub(head).min(self.entries)
+    }
+
+    /// Reads entry `pos` (modulo the ring size) once: `(off, pad)`.
+    pub(crate) fn read(&self, pos: u32) -> (u64, u32) {
+        let i = (pos & (self.entries - 1)) as usize;
+        let p = self.mem.as_ptr().wrapping_add(RQES_OFF as usize + i * 16);
+        // SAFETY: `i < entries`, so the 16-byte entry is inside the memory
+        // (type invariant). Volatile: the user may change it at any time, we
+        // read each field exactly once and validate the copy.
+        unsafe {
+            (
+                core::ptr::read_volatile(p.cast::<u64>()),
+                core::ptr::read_volatile(p.add(12).cast::<u32>()),
+            )
+        }
+    }
+
+    /// Publishes the consumer position: entries before `head` may be reused.
+    pub(crate) fn set_head(&self, head: u32) {
+        self.index(HEAD_OFF).store(head, Ordering::Release);
+    }
+}
+
+#[cfg(zcrx_kunit)]
+#[kunit_tests(zcrx_rs_refill)]
+mod tests {
+    use super::*;
+
+    const P: u64 = PAGE_SIZE as u64;
+
+    #[test]
+    fn accepts_buffer_starts() -> Result {
+        assert_eq!(parse_rqe(0, 0, 16), Ok(0));
+        assert_eq!(parse_rqe(5 * P, 0, 16), Ok(5));
+        assert_eq!(parse_rqe(15 * P, 0, 16), Ok(15));
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_bad_entries() -> Result {
+        assert_eq!(parse_rqe(16 * P, 0, 16), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_rqe(u64::MAX - P + 1, 0, 16), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_rqe(P + 1, 0, 16), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(1, 0, 16), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(0, 1, 16), Err(BadRqe::Pad));
+        assert_eq!(parse_rqe(0, 0, 0), Err(BadRqe::OutOfRange));
+        Ok(())
+    }
+
+    #[test]
+    fn ring_sizes() -> Result {
+        assert_eq!(ring_entries(1)?, 1);
+        assert_eq!(ring_entries(100)?, 128);
+        assert_eq!(ring_entries(uapi::ZCRX_RS_RQ_MAX_ENTRIES)?, uapi::ZCRX_RS_RQ_MAX_ENTRIES);
+        assert!(ring_entries(0).is_err());
+        assert!(ring_entries(uapi::ZCRX_RS_RQ_MAX_ENTRIES + 1).is_err());
+        assert_eq!(ring_bytes(1), PAGE_SIZE);
+        assert_eq!(ring_bytes(256), 2 * PAGE_SIZE);
+        Ok(())
+    }
+
+    #[test]
+    fn ring_indices_wrap() -> Result {
+        let r = RefillRing::new(4)?;
+        // The user published 3 entries past a head near the u32 wrap.
+        r.index(TAIL_OFF).store(1, Ordering::Relaxed);
+        assert_eq!(r.available(u32::MAX - 1), 3);
+        // A tail far ahead is clamped to the ring size.
+        r.index(TAIL_OFF).store(1000, Ordering::Relaxed);
+        assert_eq!(r.available(0), 4);
+        r.set_head(7);
+        assert_eq!(r.index(HEAD_OFF).load(Ordering::Relaxed), 7);
+        Ok(())
+    }
+}

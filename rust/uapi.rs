@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The uAPI of `/dev/zcrx`, generated from the one C header
+//! (`tools/include/uapi/linux/zcrx_rs.h`) by `scripts/gen-uapi.sh`. The
+//! generated file carries clang's sizes and offsets as compile-time
+//! assertions; the userspace crate includes the very same file.
+
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    dead_code,
+    unreachable_pub,
+    clippy::all,
+    missing_docs
+)]
+mod generated {
+    include!("../tools/include/uapi/linux/zcrx_rs.rs");
+}
+
+pub(crate) use generated::*;
+
+use kernel::{
+    ioctl::{_IO, _IOR, _IOWR},
+    transmute::{AsBytes, FromBytes}, //
+};
+
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: a `#[repr(C)]` struct of integers with explicit padding
+            // fields (checked by the generated layout assertions): every bit
+            // pattern is valid and it has no implicit padding.
+            unsafe impl FromBytes for $t {}
+            // SAFETY: as above.
+            unsafe impl AsBytes for $t {}
+        )*
+    };
+}
+pod!(
+    zcrx_rs_info,
+    zcrx_rs_area_reg,
+    zcrx_rs_bind,
+    zcrx_rs_recv,
+    zcrx_rs_rec,
+    zcrx_rs_stats,
+);
+
+/// `ZCRX_RS_IOC_INFO`.
+pub(crate) const IOC_INFO: u32 = _IOR::<zcrx_rs_info>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO);
+/// `ZCRX_RS_IOC_REGISTER_AREA`.
+pub(crate) const IOC_REGISTER_AREA: u32 =
+    _IOWR::<zcrx_rs_area_reg>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_REGISTER_AREA);
+/// `ZCRX_RS_IOC_BIND`.
+pub(crate) const IOC_BIND: u32 = _IOWR::<zcrx_rs_bind>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_BIND);
+/// `ZCRX_RS_IOC_RECV`.
+pub(crate) const IOC_RECV: u32 = _IOWR::<zcrx_rs_recv>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_RECV);
+/// `ZCRX_RS_IOC_STATS`.
+pub(crate) const IOC_STATS: u32 = _IOR::<zcrx_rs_stats>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS);
+/// `ZCRX_RS_IOC_UNBIND`.
+pub(crate) const IOC_UNBIND: u32 = _IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND);

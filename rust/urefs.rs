@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! User references: how many times each buffer was handed to user space
+//! (in a receive record) and not given back yet.
+//!
+//! The counts can never underflow: a return for a buffer the user does not
+//! hold is refused, which is how bad or repeated refill entries are caught.
+
+use kernel::{
+    prelude::*,
+    sync::atomic::{ordering::Relaxed, Atomic}, //
+};
+
+/// Per-buffer user reference counts, plus their sum.
+///
+/// # Invariants
+///
+/// `held` is the sum of all `refs`.
+pub(crate) struct UserRefs {
+    refs: KVVec<Atomic<u32>>,
+    held: Atomic<u64>,
+}
+
+impl UserRefs {
+    /// `n` buffers, none held.
+    pub(crate) fn new(n: usize) -> Result<Self> {
+        let mut refs = KVVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            refs.push(Atomic::new(0), GFP_KERNEL)?;
+        }
+        Ok(Self { refs, held: Atomic::new(0) })
+    }
+
+    /// The user now holds buffer `i` once more.
+    pub(crate) fn get(&self, i: usize) {
+        self.refs[i].add(1, Relaxed);
+        self.held.add(1, Relaxed);
+    }
+
+    /// The user gives buffer `i` back once. False (and nothing changes) if
+    /// the user does not hold it.
+    pub(crate) fn put(&self, i: usize) -> bool {
+        let r = &self.refs[i];
+        let mut old = r.load(Relaxed);
+        loop {
+            if old == 0 {
+                return false;
+            }
+            match r.cmpxchg(old, old - 1, Relaxed) {
+                Ok(_) => break,
+                Err(cur) => old = cur,
+            }
+        }
+        self.held.fetch_sub(1, Relaxed);
+        true
+    }
+
+    /// Takes all of the user's references to buffer `i` (teardown scrub);
+    /// returns how many there were.
+    pub(crate) fn take_all(&self, i: usize) -> u32 {
+        let r = &self.refs[i];
+        if r.load(Relaxed) == 0 {
+            return 0;
+        }
+        let n = r.xchg(0, Relaxed);
+        self.held.fetch_sub(u64::from(n), Relaxed);
+        n
+    }
+
+    /// Current count of buffer `i`.
+    pub(crate) fn count(&self, i: usize) -> u32 {
+        self.refs[i].load(Relaxed)
+    }
+
+    /// Buffers held by the user, counted with multiplicity.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Relaxed)
+    }
+
+}
+
+#[cfg(zcrx_kunit)]
+#[kunit_tests(zcrx_rs_urefs)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_underflows() -> Result {
+        let u = UserRefs::new(4)?;
+        assert!(!u.put(0));
+        assert_eq!(u.count(0), 0);
+        assert_eq!(u.held(), 0);
+        u.get(0);
+        assert!(u.put(0));
+        assert!(!u.put(0));
+        assert_eq!(u.held(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn counts_with_multiplicity() -> Result {
+        let u = UserRefs::new(4)?;
+        u.get(1);
+        u.get(1);
+        u.get(3);
+        assert_eq!(u.count(1), 2);
+        assert_eq!(u.held(), 3);
+        assert!(u.put(1));
+        assert_eq!(u.count(1), 1);
+        assert_eq!(u.held(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn take_all_scrubs() -> Result {
+        let u = UserRefs::new(2)?;
+        u.get(0);
+        u.get(0);
+        u.get(0);
+        assert_eq!(u.take_all(0), 3);
+        assert_eq!(u.take_all(0), 0);
+        assert_eq!(u.held(), 0);
+        // After a scrub a late refill entry is refused, not double-returned.
+        assert!(!u.put(0));
+        Ok(())
+    }
+}

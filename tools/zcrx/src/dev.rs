@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! A context of `/dev/zcrx`: the area, the binding, the refill ring, and
+//! receiving from a TCP socket.
+//!
+//! ```no_run
+//! # fn main() -> std::io::Result<()> {
+//! # let sock = std::net::TcpStream::connect("127.0.0.1:1")?;
+//! use std::os::fd::AsRawFd;
+//! let mut z = zcrx::Zcrx::open()?;
+//! z.register_area(64 << 20)?; // 64 MiB of anonymous memory
+//! z.bind(2, 0, 0)?; // ifindex 2, rx queue 0, ring as large as the area
+//! let mut recs = vec![zcrx::Rec::default(); 256];
+//! loop {
+//!     let n = z.recv(sock.as_raw_fd(), &mut recs, 0)?;
+//!     if n.bytes == 0 { break; }
+//!     for r in &recs[..n.records] {
+//!         let data: &[u8] = z.data(r);
+//!         // ... use data ...
+//!     }
+//!     z.refill(&recs[..n.records])?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::sys::{ioctl, open};
+use crate::uapi::*;
+
+/// One receive record.
+pub type Rec = zcrx_rs_rec;
+
+/// Result of [`Zcrx::recv`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Records filled.
+    pub records: usize,
+    /// Bytes they describe; 0 at end of stream.
+    pub bytes: u64,
+}
+
+/// An anonymous private mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn anon(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    fn shared(fd: RawFd, len: usize) -> io::Result<Self> {
+        // SAFETY: maps the device's ring at offset 0; the kernel checks the length.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The refill ring as mapped in user space.
+struct Ring {
+    map: Mapping,
+    offsets: zcrx_rs_ring_offsets,
+    entries: u32,
+    /// Our producer position (the kernel only reads `tail`).
+    tail: u32,
+}
+
+impl Ring {
+    fn head(&self) -> &AtomicU32 {
+        // SAFETY: the offset is inside the mapping, u32-aligned (kernel ABI).
+        unsafe { &*self.map.ptr.add(self.offsets.head as usize).cast::<AtomicU32>() }
+    }
+
+    fn tail_word(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`.
+        unsafe { &*self.map.ptr.add(self.offsets.tail as usize).cast::<AtomicU32>() }
+    }
+
+    fn rqe(&self, pos: u32) -> *mut zcrx_rs_rqe {
+        let i = (pos & (self.entries - 1)) as usize;
+        // SAFETY: `i < entries`; the kernel sized the mapping for them.
+        unsafe { self.map.ptr.add(self.offsets.rqes as usize).cast::<zcrx_rs_rqe>().add(i) }
+    }
+}
+
+/// An open `/dev/zcrx` context.
+pub struct Zcrx {
+    fd: OwnedFd,
+    area: Option<Mapping>,
+    ring: Option<Ring>,
+}
+
+impl Zcrx {
+    /// Opens `/dev/zcrx`.
+    pub fn open() -> io::Result<Self> {
+        Self::open_path(Path::new("/dev/zcrx"))
+    }
+
+    /// Opens the device at `path`.
+    pub fn open_path(path: &Path) -> io::Result<Self> {
+        Ok(Zcrx { fd: open(path, libc::O_RDWR)?, area: None, ring: None })
+    }
+
+    /// The raw fd (for tests that issue their own ioctls).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// `ZCRX_RS_IOC_INFO`.
+    pub fn info(&self) -> io::Result<zcrx_rs_info> {
+        let mut i = zcrx_rs_info::default();
+        ioctl(&self.fd, IOC_INFO as _, &mut i as *mut _ as usize)?;
+        Ok(i)
+    }
+
+    /// `ZCRX_RS_IOC_STATS`.
+    pub fn stats(&self) -> io::Result<zcrx_rs_stats> {
+        let mut s = zcrx_rs_stats::default();
+        ioctl(&self.fd, IOC_STATS as _, &mut s as *mut _ as usize)?;
+        Ok(s)
+    }
+
+    /// Maps `len` bytes of anonymous memory and registers them as the area.
+    pub fn register_area(&mut self, len: usize) -> io::Result<()> {
+        let m = Mapping::anon(len)?;
+        self.register_raw(m.ptr as u64, len as u64)?;
+        self.area = Some(m);
+        Ok(())
+    }
+
+    /// Registers memory the caller owns (`addr`, `len`); the caller keeps it
+    /// mapped for as long as this context lives. For tests of odd memory.
+    pub fn register_raw(&self, addr: u64, len: u64) -> io::Result<()> {
+        let mut r = zcrx_rs_area_reg { addr, len, ..Default::default() };
+        ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
+        Ok(())
+    }
+
+    /// Binds to rx queue `rxq` of `ifindex` (the caller's network namespace)
+    /// and maps the refill ring. `rq_entries == 0`: one entry per buffer of
+    /// the area, so the ring can never be full.
+    pub fn bind(&mut self, ifindex: u32, rxq: u32, rq_entries: u32) -> io::Result<()> {
+        let entries = if rq_entries != 0 {
+            rq_entries
+        } else {
+            let bufs = self.area.as_ref().map_or(1, |a| a.len / page_size());
+            (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES)
+        };
+        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
+        ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize)?;
+        let map = Mapping::shared(self.fd.as_raw_fd(), b.mmap_len as usize)?;
+        self.ring = Some(Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0 });
+        Ok(())
+    }
+
+    /// `ZCRX_RS_IOC_UNBIND`.
+    pub fn unbind(&self) -> io::Result<()> {
+        ioctl(&self.fd, IOC_UNBIND as _, 0).map(|_| ())
+    }
+
+    /// Receives from TCP socket `sock` into `recs` (flags:
+    /// `ZCRX_RS_RECV_DONTWAIT`). The bytes are in the area at each record's
+    /// offset until the record is given back with [`Zcrx::refill`].
+    pub fn recv(&self, sock: RawFd, recs: &mut [Rec], flags: u32) -> io::Result<Received> {
+        let mut r = zcrx_rs_recv {
+            sockfd: sock,
+            flags,
+            recs: recs.as_mut_ptr() as u64,
+            nr_recs: recs.len() as u32,
+            ..Default::default()
+        };
+        let ret = ioctl(&self.fd, IOC_RECV as _, &mut r as *mut _ as usize)?;
+        debug_assert_eq!(ret as u64, r.bytes);
+        Ok(Received { records: r.nr_recs as usize, bytes: r.bytes })
+    }
+
+    /// The data a record describes.
+    pub fn data(&self, r: &Rec) -> &[u8] {
+        let a = self.area.as_ref().expect("no area registered through register_area");
+        assert!(r.off as usize + r.len as usize <= a.len, "record outside the area");
+        // SAFETY: inside our mapping; the kernel does not write a buffer
+        // while the user holds it.
+        unsafe { std::slice::from_raw_parts(a.ptr.add(r.off as usize), r.len as usize) }
+    }
+
+    /// Room left in the refill ring.
+    pub fn refill_room(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| {
+            (r.entries - r.tail.wrapping_sub(r.head().load(Ordering::Acquire))) as usize
+        })
+    }
+
+    /// Gives the buffers of `recs` back through the refill ring. Fails with
+    /// `WouldBlock` (returning nothing) if the ring lacks room for all.
+    pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
+        let offs: Vec<u64> = recs.iter().map(|r| r.off - r.off % page_size() as u64).collect();
+        self.refill_raw(&offs, 0)
+    }
+
+    /// Puts raw entries on the refill ring (tests use bad ones on purpose).
+    pub fn refill_raw(&mut self, offs: &[u64], pad: u32) -> io::Result<()> {
+        if self.refill_room() < offs.len() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
+        for &off in offs {
+            // SAFETY: the entry is ours until `tail` moves past it.
+            unsafe { ring.rqe(ring.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
+            ring.tail = ring.tail.wrapping_add(1);
+        }
+        ring.tail_word().store(ring.tail, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The system page size (the buffer size).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Keeps `File` in the public API for users who open the node themselves.
+pub type DevFile = File;

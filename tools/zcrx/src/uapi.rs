@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The uAPI of `/dev/zcrx`: the same generated file the module includes
+//! (`tools/include/uapi/linux/zcrx_rs.rs`, from `zcrx_rs.h`), plus the ioctl
+//! numbers, computed the way `<asm-generic/ioctl.h>` does.
+
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, missing_docs)]
+mod generated {
+    include!("../../include/uapi/linux/zcrx_rs.rs");
+}
+
+pub use generated::*;
+
+const IOC_NRBITS: u32 = 8;
+const IOC_TYPEBITS: u32 = 8;
+const IOC_SIZEBITS: u32 = 14;
+const IOC_NRSHIFT: u32 = 0;
+const IOC_TYPESHIFT: u32 = IOC_NRSHIFT + IOC_NRBITS;
+const IOC_SIZESHIFT: u32 = IOC_TYPESHIFT + IOC_TYPEBITS;
+const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
+const IOC_NONE: u32 = 0;
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+
+const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
+    (dir << IOC_DIRSHIFT) | (ty << IOC_TYPESHIFT) | (nr << IOC_NRSHIFT) | ((size as u32) << IOC_SIZESHIFT)
+}
+
+/// `ZCRX_RS_IOC_INFO`
+pub const IOC_INFO: u32 =
+    ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO, core::mem::size_of::<zcrx_rs_info>());
+/// `ZCRX_RS_IOC_REGISTER_AREA`
+pub const IOC_REGISTER_AREA: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    ZCRX_RS_IOC_MAGIC,
+    ZCRX_RS_IOC_NR_REGISTER_AREA,
+    core::mem::size_of::<zcrx_rs_area_reg>(),
+);
+/// `ZCRX_RS_IOC_BIND`
+pub const IOC_BIND: u32 =
+    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_BIND, core::mem::size_of::<zcrx_rs_bind>());
+/// `ZCRX_RS_IOC_RECV`
+pub const IOC_RECV: u32 =
+    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_RECV, core::mem::size_of::<zcrx_rs_recv>());
+/// `ZCRX_RS_IOC_STATS`
+pub const IOC_STATS: u32 =
+    ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS, core::mem::size_of::<zcrx_rs_stats>());
+/// `ZCRX_RS_IOC_UNBIND`
+pub const IOC_UNBIND: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND, 0);
+
+#[cfg(test)]
+mod tests {
+    //! The layout test: compile a C program against the header with the
+    //! system compiler and compare every size, offset and ioctl number with
+    //! what this crate (and so the module, which includes the same
+    //! generated file) uses.
+    use super::*;
+    use std::mem::{offset_of, size_of};
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    fn c_values() -> Vec<(String, u64)> {
+        let inc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include/uapi");
+        let dir = std::env::temp_dir().join(format!("zcrx-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("layout.c");
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <linux/zcrx_rs.h>\n\
+             #define S(t) printf(\"sizeof %s %zu\\n\", #t, sizeof(struct t));\n\
+             #define O(t, f) printf(\"offsetof %s.%s %zu\\n\", #t, #f, offsetof(struct t, f));\n\
+             #define I(n) printf(\"ioctl %s %lu\\n\", #n, (unsigned long)n);\nint main(void) {\n",
+        );
+        for line in FIELDS {
+            c.push_str(line);
+            c.push('\n');
+        }
+        c.push_str("return 0; }\n");
+        std::fs::write(&src, c).unwrap();
+        let exe = dir.join("layout");
+        let st = Command::new("cc")
+            .arg("-I")
+            .arg(&inc)
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .expect("cc");
+        assert!(st.success(), "compiling the layout probe failed");
+        let out = Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut it = l.split_whitespace();
+                let _kind = it.next().unwrap();
+                let name = it.next().unwrap().to_string();
+                (name, it.next().unwrap().parse().unwrap())
+            })
+            .collect()
+    }
+
+    const FIELDS: &[&str] = &[
+        "S(zcrx_rs_info) O(zcrx_rs_info, api_version) O(zcrx_rs_info, page_size) O(zcrx_rs_info, features) O(zcrx_rs_info, contexts) O(zcrx_rs_info, pools) O(zcrx_rs_info, __resv)",
+        "S(zcrx_rs_area_reg) O(zcrx_rs_area_reg, addr) O(zcrx_rs_area_reg, len) O(zcrx_rs_area_reg, flags) O(zcrx_rs_area_reg, area_id) O(zcrx_rs_area_reg, __resv)",
+        "S(zcrx_rs_ring_offsets) O(zcrx_rs_ring_offsets, head) O(zcrx_rs_ring_offsets, tail) O(zcrx_rs_ring_offsets, rqes)",
+        "S(zcrx_rs_bind) O(zcrx_rs_bind, ifindex) O(zcrx_rs_bind, rxq) O(zcrx_rs_bind, rq_entries) O(zcrx_rs_bind, flags) O(zcrx_rs_bind, offsets) O(zcrx_rs_bind, mmap_len) O(zcrx_rs_bind, __resv)",
+        "S(zcrx_rs_rqe) O(zcrx_rs_rqe, off) O(zcrx_rs_rqe, len) O(zcrx_rs_rqe, __pad)",
+        "S(zcrx_rs_rec) O(zcrx_rs_rec, off) O(zcrx_rs_rec, len) O(zcrx_rs_rec, flags)",
+        "S(zcrx_rs_recv) O(zcrx_rs_recv, sockfd) O(zcrx_rs_recv, flags) O(zcrx_rs_recv, recs) O(zcrx_rs_recv, nr_recs) O(zcrx_rs_recv, __pad) O(zcrx_rs_recv, bytes) O(zcrx_rs_recv, __resv)",
+        "S(zcrx_rs_stats) O(zcrx_rs_stats, zc_bytes) O(zcrx_rs_stats, copy_records) O(zcrx_rs_stats, user_held) O(zcrx_rs_stats, free_buffers) O(zcrx_rs_stats, __resv)",
+        "I(ZCRX_RS_IOC_INFO) I(ZCRX_RS_IOC_REGISTER_AREA) I(ZCRX_RS_IOC_BIND) I(ZCRX_RS_IOC_RECV) I(ZCRX_RS_IOC_STATS) I(ZCRX_RS_IOC_UNBIND)",
+    ];
+
+    fn rust_values() -> Vec<(String, u64)> {
+        macro_rules! s {
+            ($t:ident) => {
+                (stringify!($t).to_string(), size_of::<$t>() as u64)
+            };
+        }
+        macro_rules! o {
+            ($t:ident, $f:ident) => {
+                (format!("{}.{}", stringify!($t), stringify!($f)), offset_of!($t, $f) as u64)
+            };
+        }
+        vec![
+            s!(zcrx_rs_info), o!(zcrx_rs_info, api_version), o!(zcrx_rs_info, page_size),
+            o!(zcrx_rs_info, features), o!(zcrx_rs_info, contexts), o!(zcrx_rs_info, pools),
+            o!(zcrx_rs_info, __resv),
+            s!(zcrx_rs_area_reg), o!(zcrx_rs_area_reg, addr), o!(zcrx_rs_area_reg, len),
+            o!(zcrx_rs_area_reg, flags), o!(zcrx_rs_area_reg, area_id), o!(zcrx_rs_area_reg, __resv),
+            s!(zcrx_rs_ring_offsets), o!(zcrx_rs_ring_offsets, head), o!(zcrx_rs_ring_offsets, tail),
+            o!(zcrx_rs_ring_offsets, rqes),
+            s!(zcrx_rs_bind), o!(zcrx_rs_bind, ifindex), o!(zcrx_rs_bind, rxq), o!(zcrx_rs_bind, rq_entries),
+            o!(zcrx_rs_bind, flags), o!(zcrx_rs_bind, offsets), o!(zcrx_rs_bind, mmap_len),
+            o!(zcrx_rs_bind, __resv),
+            s!(zcrx_rs_rqe), o!(zcrx_rs_rqe, off), o!(zcrx_rs_rqe, len), o!(zcrx_rs_rqe, __pad),
+            s!(zcrx_rs_rec), o!(zcrx_rs_rec, off), o!(zcrx_rs_rec, len), o!(zcrx_rs_rec, flags),
+            s!(zcrx_rs_recv), o!(zcrx_rs_recv, sockfd), o!(zcrx_rs_recv, flags), o!(zcrx_rs_recv, recs),
+            o!(zcrx_rs_recv, nr_recs), o!(zcrx_rs_recv, __pad), o!(zcrx_rs_recv, bytes),
+            o!(zcrx_rs_recv, __resv),
+            s!(zcrx_rs_stats), o!(zcrx_rs_stats, zc_bytes), o!(zcrx_rs_stats, copy_records),
+            o!(zcrx_rs_stats, user_held), o!(zcrx_rs_stats, free_buffers), o!(zcrx_rs_stats, __resv),
+            ("ZCRX_RS_IOC_INFO".into(), IOC_INFO as u64),
+            ("ZCRX_RS_IOC_REGISTER_AREA".into(), IOC_REGISTER_AREA as u64),
+            ("ZCRX_RS_IOC_BIND".into(), IOC_BIND as u64),
+            ("ZCRX_RS_IOC_RECV".into(), IOC_RECV as u64),
+            ("ZCRX_RS_IOC_STATS".into(), IOC_STATS as u64),
+            ("ZCRX_RS_IOC_UNBIND".into(), IOC_UNBIND as u64),
+        ]
+    }
+
+    #[test]
+    fn layouts_match_the_c_header() {
+        let c = c_values();
+        let r = rust_values();
+        assert_eq!(c.len(), r.len(), "probe and table list different items");
+        for (cv, rv) in c.iter().zip(r.iter()) {
+            assert_eq!(cv, rv, "C and Rust disagree");
+        }
+    }
+}
