@@ -22,14 +22,15 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	LIBCLANG_PATH=/usr/lib/llvm-19/lib \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
-.PHONY: all help toolchain kernel kernel-debug module modules_install tools \
-	rust-analyzer check check-host check-vm demo clean distclean-kernel
+.PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
+	check-fast demo clean distclean-kernel
 
 all: module
 
 help:
 	@echo "make demo          build everything, boot the VM, run the demo"
-	@echo "make check         build everything and run all tests (host + VM)"
+	@echo "make check         build everything and run all tests (host, fast VM, debug VM)"
+	@echo "make check-fast    the same without the debug kernel"
 	@echo "make               build the module against the cached kernel"
 	@echo "make toolchain     install/download the toolchain (scripts/toolchain.sh)"
 	@echo "make kernel        fetch, patch, configure and build the test kernel"
@@ -45,8 +46,12 @@ kernel: toolchain
 	@$(TOP)/scripts/kernel.sh --flavour $(FLAVOUR)
 
 module: kernel
-	@$(TOP)/scripts/stage.sh module $(KMAKE) ZCRX_KUNIT=1 modules
+	@$(TOP)/scripts/stage.sh module $(KMAKE) --no-print-directory -s ZCRX_KUNIT=1 modules
 	@echo "==> module: $(KO)"
+
+# The kernel tree's own io_uring zcrx selftest program (the baseline).
+iou-zcrx: kernel
+	@$(TOP)/scripts/build-iou-zcrx.sh --flavour $(FLAVOUR)
 
 rust-analyzer: kernel
 	$(KMAKE) rust-analyzer
@@ -55,13 +60,17 @@ rust-analyzer: kernel
 tools: toolchain
 	@$(TOP)/scripts/stage.sh tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
 
-check-host: tools
-	@$(TOP)/scripts/stage.sh host-tests $(CARGO) test --release --quiet --manifest-path $(TOP)/tools/Cargo.toml 2>&1 | tee $(ZCRX_CACHE)/host-tests.log
+# All tests: host tests, the full suite on the fast kernel, then the
+# reliability suite on the debug kernel (KASAN, lockdep, kmemleak).
+check: module iou-zcrx tools
+	@$(MAKE) --no-print-directory FLAVOUR=debug module iou-zcrx
+	@$(TOP)/scripts/check.sh --flavour fast --debug
 
-check: module tools
+# Only the fast kernel (no debug kernel build): for quick iterations.
+check-fast: module iou-zcrx tools
 	@$(TOP)/scripts/check.sh --flavour $(FLAVOUR)
 
-demo: module tools
+demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)
 
 clean:

@@ -157,10 +157,22 @@ impl Area {
         }
     }
 
-    /// Moves free buffers to `batch`'s pool, as many as fit.
+    /// Buffers the free list keeps for copies: page pools cannot take them.
+    ///
+    /// Without a reserve a small area can deadlock: the pool's caches hold
+    /// every buffer, the head of the socket's queue is a packet that came
+    /// unsplit while the pool was dry, copying it needs a free buffer, and
+    /// the zero-copy packets behind it cannot be read first.
+    pub(crate) fn copy_reserve(&self) -> usize {
+        (self.nbufs() / 8).clamp(1, 256)
+    }
+
+    /// Moves free buffers to `batch`'s pool, as many as fit, keeping the
+    /// copy reserve.
     pub(crate) fn alloc_free_batch(&self, batch: &mut AllocBatch<'_>) {
+        let reserve = self.copy_reserve();
         let mut free = self.free.lock();
-        while batch.room() > 0 {
+        while batch.room() > 0 && free.len() > reserve {
             let Some(i) = free.pop() else { break };
             let i = i as usize;
             self.niovs.attach(i, batch.pool());

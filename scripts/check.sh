@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make check`: host unit tests, then one VM run with the selftest and the
-# module's KUnit suites; prints a summary ending in "N passed, N failed".
+# `make check`: host tests, then the VM suites; prints a summary ending in
+# "N passed, N failed".
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
 usage() {
 	cat <<USAGE
-usage: scripts/check.sh [--flavour fast|debug] [--timeout SECONDS]
+usage: scripts/check.sh [--flavour fast|debug] [--debug] [--timeout SECONDS]
 
-Expects the kernel, module and tools to be built (make check does that).
-  1. cargo test of tools/ on the host
-  2. scripts/vm.sh -- scripts/guest-tests.sh: KUnit suites of zcrx_rs and the
-     zcrx-selftest KTAP run; the guest's kernel log is scanned for splats
+Expects the kernel(s), module(s), iou-zcrx and tools built (make check does that).
+  1. host: cargo test of tools/ (includes the uAPI layout test against gcc),
+     the generated uAPI file up to date, checkpatch --strict of the series
+  2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
+  3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
+     injection): KUnit + the selftest with a 64 MiB big stream
+The guest kernel logs are scanned for splats (scripts/vm.sh).
 Results: \$ZCRX_CACHE/build/FLAVOUR/check/
 USAGE
 }
-flavour=fast timeout=1800
+flavour=fast timeout=2400 debug=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--flavour|--flavor) flavour=$2; shift ;;
+	--debug) debug=1 ;;
 	--timeout) timeout=$2; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -30,46 +34,72 @@ done
 B=$(build_dir "$flavour")
 OUT=$B/check
 mkdir -p "$OUT"
-pass=0 fail=0 skip=0 bad=
+pass=0 fail=0 skip=0 bad= lines=
 
-# 1. host unit tests
+# A host check that counts as one test.
+host_check() {
+	local name=$1; shift
+	if "$@" > "$OUT/$name.log" 2>&1; then
+		pass=$((pass + 1)); echo "ok - $name"
+	else
+		fail=$((fail + 1)); bad="$bad $name"
+		echo "not ok - $name"; tail -20 "$OUT/$name.log" | sed 's/^/# /'
+	fi
+}
+
+# 1. host
 stage_begin host-tests
 cargo test --release --quiet --manifest-path "$ZCRX_TOP/tools/Cargo.toml" > "$OUT/host-tests.log" 2>&1
 rc=$?
-cat "$OUT/host-tests.log"
+grep -E '^test result|FAILED|panicked' "$OUT/host-tests.log"
 hp=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\1/p' "$OUT/host-tests.log" | paste -sd+ | bc)
 hf=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\2/p' "$OUT/host-tests.log" | paste -sd+ | bc)
 hp=${hp:-0} hf=${hf:-0}
-if [ $rc -ne 0 ] && [ "$hf" -eq 0 ]; then hf=1; fi   # did not even build
+if [ $rc -ne 0 ] && [ "$hf" -eq 0 ]; then hf=1; tail -30 "$OUT/host-tests.log"; fi
 pass=$((pass + hp)) fail=$((fail + hf))
 [ "$hf" -eq 0 ] || bad="$bad host-tests"
+host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
+host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
+lines="host: cargo test $hp passed/$hf failed, plus uAPI and checkpatch checks"
 stage_end
 
-# 2. the VM: KUnit + selftest (KTAP on stdout)
-stage_begin vm-tests
-"$ZCRX_TOP/scripts/vm.sh" --flavour "$flavour" --name check --timeout "$timeout" \
-	--append "kunit.enable=1 kunit.autorun=1" -- bash "$ZCRX_TOP/scripts/guest-tests.sh" | tee "$OUT/vm.log"
-vrc=${PIPESTATUS[0]}
-stage_end
+# 2./3. a VM suite: count every ok/not ok line of the guest's KTAP.
+vm_suite() {
+	local fl=$1 name=$2; shift 2
+	local log="$(build_dir "$fl")/check/$name.log"
+	mkdir -p "$(dirname "$log")"
+	stage_begin "vm-$name"
+	"$ZCRX_TOP/scripts/vm.sh" --flavour "$fl" --name "$name" --timeout "$timeout" \
+		--append "kunit.enable=1 kunit.autorun=1" -- \
+		env SELFTEST_ARGS="$*" bash "$ZCRX_TOP/scripts/guest-tests.sh" | tee "$log"
+	local vrc=${PIPESTATUS[0]}
+	stage_end
+	local vp vs vf
+	vp=$(grep -E -c '^ok [0-9]+ ' "$log")
+	vs=$(grep -E -c '^ok [0-9]+ .*# SKIP' "$log")
+	vf=$(grep -E -c '^not ok [0-9]+ ' "$log")
+	vp=$((vp - vs))
+	pass=$((pass + vp)) fail=$((fail + vf)) skip=$((skip + vs))
+	[ "$vf" -eq 0 ] || bad="$bad $name"
+	if [ "$vrc" -ne 0 ]; then
+		[ "$vf" -gt 0 ] || fail=$((fail + 1))
+		bad="$bad $name(exit $vrc)"
+	fi
+	if [ "$(grep -c '^# Totals:' "$log")" -lt 2 ]; then
+		fail=$((fail + 1)); bad="$bad $name(no-ktap-totals)"
+	fi
+	lines="$lines
+$name ($fl kernel): $vp passed/$vf failed/$vs skipped"
+}
 
-# Every "ok"/"not ok" line of the guest's KTAP documents (subtests of KUnit
-# suites are indented; count leaf results only at their own level).
-vp=$(grep -E -c '^ *ok [0-9]+ ' "$OUT/vm.log" | head -1)
-vs=$(grep -E -c '^ *ok [0-9]+ .*# SKIP' "$OUT/vm.log" | head -1)
-vf=$(grep -E -c '^ *not ok [0-9]+ ' "$OUT/vm.log" | head -1)
-vp=$((vp - vs))
-pass=$((pass + vp)) fail=$((fail + vf)) skip=$((skip + vs))
-[ "$vf" -eq 0 ] || bad="$bad vm-tests"
-if [ "$vrc" -ne 0 ]; then
-	[ "$vf" -gt 0 ] || { fail=$((fail + 1)); }
-	bad="$bad vm-run(exit $vrc)"
-fi
-if ! grep -q '^# Totals:' "$OUT/vm.log"; then
-	fail=$((fail + 1)); bad="$bad no-ktap-totals"
+vm_suite "$flavour" "check-$flavour"
+if [ -n "$debug" ]; then
+	vm_suite debug check-debug --big-stream $((64 << 20))
 fi
 
 echo
-echo "==> summary ($flavour kernel): host unit tests $hp passed/$hf failed; VM $vp passed/$vf failed/$vs skipped"
-[ -z "$bad" ] || echo "==> FAILED:$bad (logs in $OUT and $B/vm-logs)"
+echo "==> summary:"
+echo "$lines" | sed 's/^/    /'
+[ -z "$bad" ] || echo "==> FAILED:$bad (logs in $OUT, $(build_dir debug)/check and build/*/vm-logs)"
 echo "$pass passed, $fail failed"
 [ -z "$bad" ]

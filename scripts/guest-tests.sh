@@ -30,7 +30,12 @@ kunit_ktap() {
 	}
 	END {
 		print "TAP version 13"; print "1.." n
-		for (i = 1; i <= n; i++) { if (diag[i - 1] != "" && i > 0) printf "%s\n", substr(diag[i - 1], 2); print res[i] }
+		for (i = 1; i <= n; i++) {
+			if (diag[i - 1] != "" && i > 0) printf "%s\n", substr(diag[i - 1], 2)
+			print res[i]
+			if (res[i] ~ /^not ok/) nf++; else np++
+		}
+		printf "# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:0 error:0\n", np, nf
 		exit failed
 	}' "$@"
 }
@@ -51,5 +56,6 @@ else
 	rc=1
 fi
 
-"$TOP/tools/target/release/zcrx-selftest" --module "$KO" || rc=1
+# shellcheck disable=SC2086 # SELFTEST_ARGS is a list of arguments
+"$TOP/tools/target/release/zcrx-selftest" --module "$KO" ${SELFTEST_ARGS:-} || rc=1
 exit $rc

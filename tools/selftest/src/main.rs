@@ -3,19 +3,38 @@
 
 //! zcrx-rs selftest: runs inside the test VM as root, prints KTAP.
 //!
-//! usage: zcrx-selftest --module PATH/zcrx_rs.ko [--list] [TEST...]
+//! usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--list] [TEST...]
+//!
+//! Needs the test kernel (netdevsim with header-split DMA) and the
+//! environment scripts/vm.sh sets (ZCRX_BUILD, ZCRX_CACHE).
 
+mod common;
+mod errors;
 mod lifecycle;
+mod net;
+mod stream;
+mod teardown;
 
 use std::path::PathBuf;
 use std::process::exit;
 
 use zcrx::ktap::{Ktap, Outcome};
 
-/// What every test gets: where things are.
+/// What every test gets.
 pub struct Env {
     /// Path of zcrx_rs.ko.
     pub module: PathBuf,
+    /// Size of the big stream test.
+    pub big_stream: u64,
+}
+
+impl Env {
+    /// Prints a KTAP diagnostic line (numbers, explanations).
+    pub fn diag(&self, msg: &str) {
+        for l in msg.lines() {
+            println!("# {l}");
+        }
+    }
 }
 
 /// A test: a name and a function.
@@ -26,11 +45,14 @@ pub type TestFn = fn(&Env) -> Outcome;
 fn all_tests() -> Vec<(&'static str, TestFn)> {
     let mut v = Vec::new();
     v.extend_from_slice(lifecycle::TESTS);
+    v.extend_from_slice(errors::TESTS);
+    v.extend_from_slice(stream::TESTS);
+    v.extend_from_slice(teardown::TESTS);
     v
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--list] [TEST...]");
     exit(2);
 }
 
@@ -38,10 +60,14 @@ fn main() {
     let mut module = None;
     let mut only = Vec::new();
     let mut list = false;
+    let mut big_stream = 1u64 << 30;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--module" => module = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),
+            "--big-stream" => {
+                big_stream = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+            }
             "--list" => list = true,
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
@@ -59,15 +85,17 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module };
+    let env = Env { module, big_stream };
 
     let mut k = Ktap::new(std::io::stdout(), tests.len());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        k.diag("not root: module and device tests need CAP_SYS_MODULE");
+        k.diag("not root: module and device tests need CAP_SYS_MODULE and CAP_NET_ADMIN");
     }
     for (name, f) in tests {
+        let t0 = std::time::Instant::now();
         let o = f(&env);
+        k.diag(&format!("{name}: {:.1} s", t0.elapsed().as_secs_f64()));
         k.result(name, &o);
     }
     let (_, code) = k.finish();

@@ -109,6 +109,10 @@ fn main() {
     let t0 = Instant::now();
 
     // 3. Receive: records say where the bytes are; give the buffers back.
+    let pattern = match o.out {
+        Output::Check(seed) => Some(Pattern::new(seed)),
+        _ => None,
+    };
     let mut recs = vec![Rec::default(); 256];
     let mut stdout = io::stdout().lock();
     let (mut total, mut copied) = (0u64, 0u64);
@@ -122,8 +126,8 @@ fn main() {
             match o.out {
                 Output::Stdout => stdout.write_all(data).unwrap_or_else(|e| die("write", e)),
                 Output::Discard => {}
-                Output::Check(seed) => {
-                    if let Some(bad) = Pattern::new(seed).check(total, data) {
+                Output::Check(_) => {
+                    if let Some(bad) = pattern.as_ref().and_then(|p| p.check(total, data)) {
                         eprintln!("zcrx-nc: payload mismatch at stream offset {bad}");
                         exit(1);
                     }

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Helpers shared by the tests: the module, module-wide counters, locked
+//! memory of this process.
+
+use std::fs;
+use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use zcrx::kmod;
+use zcrx::uapi::zcrx_rs_info;
+use zcrx::Zcrx;
+
+use crate::Env;
+
+pub const MODULE: &str = "zcrx_rs";
+
+/// Loads the module unless it is loaded; waits for the device node.
+pub fn ensure_loaded(env: &Env) -> Result<(), String> {
+    if !kmod::is_loaded(MODULE) {
+        kmod::load(&env.module, "").map_err(|e| format!("load {}: {e}", env.module.display()))?;
+    }
+    let t0 = Instant::now();
+    while !Path::new("/dev/zcrx").exists() {
+        if t0.elapsed() > Duration::from_secs(3) {
+            return Err("/dev/zcrx did not appear".into());
+        }
+        sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Module-wide counters, read through a fresh context (which counts itself).
+pub fn info() -> Result<zcrx_rs_info, String> {
+    Zcrx::open().and_then(|z| z.info()).map_err(|e| format!("INFO: {e}"))
+}
+
+/// Waits up to `t` for the module to have no objects in use besides the
+/// probing context; Err describing what is left.
+pub fn wait_idle(t: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        let i = info()?;
+        let idle = i.contexts == 1 && i.areas == 0 && i.pinned_pages == 0 && i.providers == 0 && i.pools == 0;
+        if idle {
+            return Ok(());
+        }
+        if t0.elapsed() > t {
+            return Err(format!(
+                "module not back to baseline after {:?}: contexts {} (1 is the probe), areas {}, pinned pages {}, \
+                 providers {}, pools {}",
+                t, i.contexts, i.areas, i.pinned_pages, i.providers, i.pools
+            ));
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
+/// The module's reference count.
+pub fn refcnt() -> i64 {
+    kmod::refcnt(MODULE).unwrap_or(-1)
+}
+
+/// `VmLck` of this process, in kB.
+pub fn vm_locked_kb() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmLck:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// Tries `rmmod` and expects it to be refused (module in use); Err if it
+/// unloaded or failed otherwise.
+pub fn rmmod_refused() -> Result<(), String> {
+    match kmod::unload(MODULE) {
+        Ok(()) => Err("rmmod succeeded while the module was in use".into()),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(()),
+        Err(e) => Err(format!("rmmod: {e}, expected EWOULDBLOCK (in use)")),
+    }
+}
+
+/// Unloads the module, waiting up to `t` for page pools to let it go.
+pub fn rmmod_eventually(t: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        match kmod::unload(MODULE) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) && t0.elapsed() < t => {
+                sleep(Duration::from_millis(100))
+            }
+            Err(e) => return Err(format!("rmmod after {:?}: {e} (refcnt {})", t0.elapsed(), refcnt())),
+        }
+    }
+}
+
+/// Formats a byte count.
+pub fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}

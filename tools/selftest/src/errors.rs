@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Bad inputs get clear errnos and change nothing.
+
+use std::fs;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::sys::{errno_name, ioctl};
+use zcrx::uapi::*;
+use zcrx::{dev::page_size, Rec, Zcrx};
+
+use crate::common::{ensure_loaded, wait_idle};
+use crate::net::{in_netns, join, Nsim, NS_A};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("area_bad_inputs", area_bad_inputs),
+    ("ioctl_bad_commands", ioctl_bad_commands),
+    ("bind_bad_inputs", bind_bad_inputs),
+    ("bind_with_xdp_attached", bind_with_xdp_attached),
+    ("recv_bad_sockets", recv_bad_sockets),
+    ("refill_bad_entries", refill_bad_entries),
+];
+
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Fail(e.to_string()),
+        }
+    };
+}
+
+/// `what` must fail with `want`.
+fn expect_errno<T>(what: &str, r: std::io::Result<T>, want: i32) -> Result<(), String> {
+    match r {
+        Ok(_) => Err(format!("{what}: succeeded, expected {}", errno_name(want))),
+        Err(e) if e.raw_os_error() == Some(want) => Ok(()),
+        Err(e) => Err(format!("{what}: {e}, expected {}", errno_name(want))),
+    }
+}
+
+fn area_bad_inputs(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let ps = page_size() as u64;
+    let z = tryo!(Zcrx::open().map_err(|e| e.to_string()));
+    // Memory we own for the checks that need a real mapping.
+    let mut mem = vec![0u8; 8 * ps as usize];
+    let base = (mem.as_mut_ptr() as u64).next_multiple_of(ps);
+    tryo!(expect_errno("unaligned address", z.register_raw(base + 1, ps), libc::EINVAL));
+    tryo!(expect_errno("unaligned length", z.register_raw(base, ps + 1), libc::EINVAL));
+    tryo!(expect_errno("zero length", z.register_raw(base, 0), libc::EINVAL));
+    tryo!(expect_errno("over 4 GiB", z.register_raw(base, ZCRX_RS_AREA_MAX_LEN + ps), libc::EINVAL));
+    tryo!(expect_errno("wrapping range", z.register_raw(u64::MAX - ps + 1, 2 * ps), libc::EINVAL));
+    tryo!(expect_errno("unmapped memory", z.register_raw(0x1000_0000_0000, 4 * ps), libc::EFAULT));
+    // A mapping of a regular file cannot be pinned long-term.
+    let path = "/tmp/zcrx-selftest-file";
+    let _ = fs::remove_file(path);
+    let f = tryo!(fs::OpenOptions::new().create(true).read(true).write(true).open(path).map_err(|e| e.to_string()));
+    tryo!(f.set_len(4 * ps).map_err(|e| e.to_string()));
+    // SAFETY: maps our own file.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), 4 * ps as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    let r = z.register_raw(p as u64, 4 * ps);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(p, 4 * ps as usize) };
+    let _ = fs::remove_file(path);
+    // /tmp is the guest's tmpfs overlay? Then shmem would be pinnable: say which.
+    let on_tmpfs = fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        v.len() > 2 && v[1] == "/tmp" && v[2] == "tmpfs"
+    });
+    if on_tmpfs {
+        env.diag("file-backed: /tmp is tmpfs (shmem, pinnable); result not asserted");
+    } else {
+        tryo!(expect_errno("MAP_SHARED mapping of a regular file", r, libc::EOPNOTSUPP));
+    }
+    // Reserved fields and flags.
+    let mut reg = zcrx_rs_area_reg { addr: base, len: ps, flags: 1, ..Default::default() };
+    tryo!(expect_errno("flags set", ioctl(&fd(&z), IOC_REGISTER_AREA as _, &mut reg as *mut _ as usize), libc::EINVAL));
+    let mut reg = zcrx_rs_area_reg { addr: base, len: ps, __resv: [0, 1], ..Default::default() };
+    tryo!(expect_errno("reserved set", ioctl(&fd(&z), IOC_REGISTER_AREA as _, &mut reg as *mut _ as usize), libc::EINVAL));
+    // Nothing was registered by any of this.
+    let st = tryo!(z.stats().map_err(|e| e.to_string()));
+    if st.area_buffers != 0 {
+        return Fail(format!("an area of {} buffers exists after only failures", st.area_buffers));
+    }
+    // One good area, then a second one is refused.
+    tryo!(z.register_raw(base, 4 * ps).map_err(|e| format!("good area: {e}")));
+    tryo!(expect_errno("second area", z.register_raw(base, 4 * ps), libc::EEXIST));
+    drop(z);
+    drop(mem);
+    tryo!(wait_idle(Duration::from_secs(5)));
+    Pass
+}
+
+struct RawFdRef(i32);
+impl AsRawFd for RawFdRef {
+    fn as_raw_fd(&self) -> i32 {
+        self.0
+    }
+}
+fn fd(z: &Zcrx) -> RawFdRef {
+    RawFdRef(z.raw_fd())
+}
+
+fn ioctl_bad_commands(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let z = tryo!(Zcrx::open().map_err(|e| e.to_string()));
+    let mut buf = [0u8; 256];
+    let p = buf.as_mut_ptr() as usize;
+    // Right number, wrong size: a different command.
+    let wrong_size = (IOC_STATS & !(0x3fff << 16)) | (8 << 16);
+    tryo!(expect_errno("STATS with a wrong size", ioctl(&fd(&z), wrong_size as _, p), libc::ENOTTY));
+    let wrong_nr = (IOC_STATS & !0xff) | 0x7f;
+    tryo!(expect_errno("unknown number", ioctl(&fd(&z), wrong_nr as _, p), libc::ENOTTY));
+    let wrong_type = (IOC_STATS & !0xff00) | (0x12 << 8);
+    tryo!(expect_errno("other ioctl type", ioctl(&fd(&z), wrong_type as _, p), libc::ENOTTY));
+    tryo!(expect_errno("bad user pointer", ioctl(&fd(&z), IOC_INFO as _, 8), libc::EFAULT));
+    // Operations that need state it does not have yet.
+    let mut recs = [Rec::default(); 4];
+    tryo!(expect_errno("RECV before BIND", z.recv(0, &mut recs, 0), libc::EINVAL));
+    tryo!(expect_errno("UNBIND before BIND", z.unbind(), libc::EINVAL));
+    // SAFETY: mapping the device with nothing bound must fail, not map.
+    let m = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, z.raw_fd(), 0) };
+    if m != libc::MAP_FAILED {
+        return Fail("mmap before BIND succeeded".into());
+    }
+    let i = tryo!(z.info().map_err(|e| e.to_string()));
+    if i.api_version != ZCRX_RS_API_VERSION || i.page_size as usize != page_size() {
+        return Fail(format!("INFO: api {} page {}", i.api_version, i.page_size));
+    }
+    Pass
+}
+
+fn bind_bad_inputs(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(2));
+    let (a_idx, ok) = (n.a_idx, ());
+    let _ = ok;
+    // Header split still off: refused.
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        expect_errno("BIND without an area", z.bind(a_idx, 0, 64), libc::EINVAL)?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        expect_errno("BIND with header split off", z.bind(a_idx, 0, 64), libc::EINVAL)?;
+        Ok(())
+    });
+    tryo!(join(h));
+    tryo!(n.hds(true));
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        expect_errno("BIND to rx queue 2 of 2", z.bind(a_idx, 2, 64), libc::ERANGE)?;
+        expect_errno("BIND to a missing ifindex", z.bind(9999, 0, 64), libc::ENODEV)?;
+        expect_errno("BIND to loopback (no queue API)", z.bind(1, 0, 64), libc::EINVAL)?;
+        expect_errno("BIND with 0 ring entries", z.bind(a_idx, 0, 0x7fff_ffff), libc::EINVAL)?;
+        let mut b = zcrx_rs_bind { ifindex: a_idx, rxq: 0, rq_entries: 64, flags: 2, ..Default::default() };
+        expect_errno(
+            "BIND with flags",
+            ioctl(&RawFdRef(z.raw_fd()), IOC_BIND as _, &mut b as *mut _ as usize),
+            libc::EINVAL,
+        )?;
+        z.bind(a_idx, 0, 64).map_err(|e| format!("good BIND: {e}"))?;
+        expect_errno("second BIND", z.bind(a_idx, 1, 64), libc::EBUSY)?;
+        // Another context on the same queue.
+        let mut z2 = Zcrx::open().map_err(|e| e.to_string())?;
+        z2.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        expect_errno("BIND to a queue bound by another context", z2.bind(a_idx, 0, 64), libc::EEXIST)?;
+        // The failed attempts left nothing behind: queue 1 is still free.
+        z2.bind(a_idx, 1, 64).map_err(|e| format!("BIND queue 1 after failures: {e}"))?;
+        Ok(())
+    });
+    tryo!(join(h));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+fn recv_bad_sockets(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
+        let mut recs = [Rec::default(); 8];
+        let file = fs::File::open("/proc/self/status").map_err(|e| e.to_string())?;
+        expect_errno("RECV on a regular file", z.recv(file.as_raw_fd(), &mut recs, 0), libc::ENOTSOCK)?;
+        expect_errno("RECV on a closed fd", z.recv(999, &mut recs, 0), libc::EBADF)?;
+        let udp = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        expect_errno("RECV on a UDP socket", z.recv(udp.as_raw_fd(), &mut recs, 0), libc::EPROTONOSUPPORT)?;
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        expect_errno("RECV on a listening socket", z.recv(l.as_raw_fd(), &mut recs, 0), libc::ENOTCONN)?;
+        // A connected socket with no data: EAGAIN when not waiting.
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        let mut c = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        expect_errno("RECV DONTWAIT, no data", z.recv(s.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT), libc::EAGAIN)?;
+        // SO_RCVTIMEO bounds a blocking call.
+        s.set_read_timeout(Some(Duration::from_millis(200))).map_err(|e| e.to_string())?;
+        expect_errno("RECV blocking past SO_RCVTIMEO", z.recv(s.as_raw_fd(), &mut recs, 0), libc::EAGAIN)?;
+        expect_errno("RECV with 0 records", z.recv(s.as_raw_fd(), &mut [], 0), libc::EINVAL)?;
+        // Loopback data is an ordinary socket's: it arrives, as copies.
+        c.write_all(b"hello, zcrx").map_err(|e| e.to_string())?;
+        drop(c);
+        let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("RECV loopback data: {e}"))?;
+        if got.bytes != 11 || recs[0].flags & ZCRX_RS_REC_COPY == 0 || z.data(&recs[0]) != b"hello, zcrx" {
+            return Err(format!("loopback data: {got:?}, first record {:?}", recs[0]));
+        }
+        z.refill(&recs[..got.records]).map_err(|e| e.to_string())?;
+        let eof = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("RECV at EOF: {e}"))?;
+        if eof.bytes != 0 || eof.records != 0 {
+            return Err(format!("expected EOF, got {eof:?}"));
+        }
+        Ok(())
+    });
+    tryo!(join(h));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// Bad refill entries are skipped and counted, never trusted.
+fn refill_bad_entries(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let ps = page_size() as u64;
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(16 * ps as usize).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
+        // Get one buffer legitimately (a loopback copy), to return it twice.
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let mut c = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        c.write_all(&[7u8; 100]).map_err(|e| e.to_string())?;
+        let mut recs = [Rec::default(); 4];
+        let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| e.to_string())?;
+        if got.records != 1 {
+            return Err(format!("expected one record, got {got:?}"));
+        }
+        let held = z.stats().map_err(|e| e.to_string())?.user_held;
+        let good = recs[0].off;
+        let bad = [
+            16 * ps,      // past the area
+            3 * ps + 8,   // not at a buffer start
+            u64::MAX - 4095,
+            5 * ps,       // never handed out
+            good,         // fine
+            good,         // returned twice
+        ];
+        z.refill_raw(&bad, 0).map_err(|e| e.to_string())?;
+        z.refill_raw(&[good], 1).map_err(|e| e.to_string())?; // reserved field set
+        // No page pool consumes the ring while the queue is idle; a receive
+        // that runs out of buffers drains it. Make one run out: the area has
+        // 16 buffers, send enough to need more.
+        c.write_all(&vec![9u8; 40 * ps as usize]).map_err(|e| e.to_string())?;
+        drop(c);
+        let mut total = 0u64;
+        let mut big = vec![Rec::default(); 64];
+        loop {
+            match z.recv(s.as_raw_fd(), &mut big, 0) {
+                Ok(g) if g.bytes == 0 => break,
+                Ok(g) => {
+                    total += g.bytes;
+                    z.refill(&big[..g.records]).map_err(|e| e.to_string())?;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
+                Err(e) => return Err(format!("recv: {e}")),
+            }
+        }
+        let st = z.stats().map_err(|e| e.to_string())?;
+        if total != 40 * ps {
+            return Err(format!("received {total} of {} bytes", 40 * ps));
+        }
+        if st.refill_bad != 6 {
+            return Err(format!("refill_bad {} (ok {}), expected 6 bad entries", st.refill_bad, st.refill_ok));
+        }
+        // Buffers given back after the last drain wait on the ring: they are
+        // the user's until consumed, none is lost.
+        if held != 1 || st.user_held + st.free_buffers != st.area_buffers {
+            return Err(format!(
+                "user held {held} before; after: held {} + free {} != {} buffers",
+                st.user_held, st.free_buffers, st.area_buffers
+            ));
+        }
+        Ok(st)
+    });
+    let st = tryo!(join(h));
+    env.diag(&format!(
+        "refill ok {} bad {} (6 planted); held {} + free {} = all {} buffers",
+        st.refill_ok, st.refill_bad, st.user_held, st.free_buffers, st.area_buffers
+    ));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// XDP and a memory provider exclude each other (the core refuses both
+/// orders); the error is clear and nothing is left behind.
+fn bind_with_xdp_attached(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    // An XDP program that passes everything, built here with clang's BPF
+    // target; multi-buffer ("xdp.frags"), as the core refuses single-buffer
+    // XDP on a device with header split.
+    let src = "/tmp/zcrx-xdp-pass.c";
+    let obj = "/tmp/zcrx-xdp-pass.o";
+    tryo!(fs::write(
+        src,
+        "__attribute__((section(\"xdp.frags\"), used)) int xdp_pass(void *ctx) { return 2; }\n\
+         char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n"
+    )
+    .map_err(|e| e.to_string()));
+    tryo!(crate::net::sh(&format!("clang-19 -O2 -target bpf -c {src} -o {obj}")));
+    tryo!(crate::net::sh(&format!("ip -n {NS_A} link set dev {} xdpgeneric obj {obj} sec xdp.frags", n.a)));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        expect_errno("BIND with XDP attached", z.bind(a_idx, 0, 64), libc::EEXIST)
+    });
+    tryo!(join(h));
+    tryo!(crate::net::sh(&format!("ip -n {NS_A} link set dev {} xdpgeneric off", n.a)));
+    // Now bind, and XDP is refused while bound.
+    let a = n.a.clone();
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 64).map_err(|e| format!("BIND after XDP removed: {e}"))?;
+        match crate::net::sh(&format!("ip link set dev {a} xdpgeneric obj {obj} sec xdp.frags")) {
+            Ok(_) => Err("attaching XDP to a bound device succeeded".into()),
+            Err(e) => Ok(e),
+        }
+    });
+    let msg = tryo!(join(h));
+    env.diag(&format!("XDP while bound refused: {}", msg.lines().last().unwrap_or("")));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Test network: two netdevsim devices in two network namespaces, linked
+//! (what one sends the other receives), with header/data split control and
+//! netdevsim's header-split counters; threads that run in a namespace; a
+//! pattern sender and a verifying zero-copy receiver.
+
+use std::fs;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::thread::{self, sleep, JoinHandle};
+use std::time::{Duration, Instant};
+
+use zcrx::uapi::{ZCRX_RS_REC_COPY, ZCRX_RS_RECV_DONTWAIT};
+use zcrx::{Pattern, Rec, Zcrx};
+
+/// Receiver side namespace, device id 1, 192.0.2.1 / 2001:db8::1.
+pub const NS_A: &str = "nsa";
+/// Sender side namespace, device id 2, 192.0.2.2 / 2001:db8::2.
+pub const NS_B: &str = "nsb";
+
+/// Runs a shell command; Err with its output when it fails.
+pub fn sh(cmd: &str) -> Result<String, String> {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().map_err(|e| format!("{cmd}: {e}"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("`{cmd}` failed ({}): {}", out.status, text.trim()))
+    }
+}
+
+/// Moves the calling thread into network namespace `ns`.
+pub fn enter_netns(ns: &str) -> io::Result<()> {
+    let f = fs::File::open(format!("/run/netns/{ns}"))?;
+    // SAFETY: setns on an open namespace fd affects only this thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread inside namespace `ns`.
+pub fn in_netns<T: Send + 'static>(
+    ns: &'static str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> JoinHandle<Result<T, String>> {
+    thread::spawn(move || {
+        enter_netns(ns).map_err(|e| format!("setns {ns}: {e}"))?;
+        f()
+    })
+}
+
+/// Joins a test thread, turning a panic into an error.
+pub fn join<T>(h: JoinHandle<Result<T, String>>) -> Result<T, String> {
+    h.join().unwrap_or_else(|_| Err("thread panicked".into()))
+}
+
+/// Header-split counters of one netdevsim rx queue.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HdsStats {
+    pub dma_packets: u64,
+    pub dma_bytes: u64,
+    pub fallback_packets: u64,
+    pub fallback_bytes: u64,
+}
+
+/// The linked pair.
+pub struct Nsim {
+    /// Receiver netdev (in `nsa`).
+    pub a: String,
+    /// Sender netdev (in `nsb`).
+    pub b: String,
+    /// The receiver's ifindex, in its namespace.
+    pub a_idx: u32,
+    pub queues: u32,
+    ksrc: String,
+}
+
+fn nsim_dev(id: u32) -> Result<String, String> {
+    let dir = format!("/sys/bus/netdevsim/devices/netdevsim{id}/net");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Some(e) = fs::read_dir(&dir).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()) {
+            return Ok(e.file_name().to_string_lossy().into_owned());
+        }
+        sleep(Duration::from_millis(50));
+    }
+    Err(format!("netdevsim{id} has no netdev"))
+}
+
+fn write_sys(path: &str, what: &str) -> Result<(), String> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(what.as_bytes()))
+        .map_err(|e| format!("write {what:?} to {path}: {e}"))
+}
+
+impl Nsim {
+    /// Creates the pair with `queues` queues each, addresses, links up.
+    pub fn up(queues: u32) -> Result<Nsim, String> {
+        let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+        let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
+        if !Path::new("/sys/bus/netdevsim").exists() {
+            sh(&format!("insmod {build}/drivers/net/netdevsim/netdevsim.ko"))?;
+        }
+        Self::down_quiet();
+        sh(&format!("ip netns add {NS_A} && ip netns add {NS_B}"))?;
+        write_sys("/sys/bus/netdevsim/new_device", &format!("1 1 {queues}"))?;
+        write_sys("/sys/bus/netdevsim/new_device", &format!("2 1 {queues}"))?;
+        // udev renames new netdevs (eth0 -> eni1np1): let it finish first.
+        let _ = sh("udevadm settle -t 10");
+        let a = nsim_dev(1)?;
+        let b = nsim_dev(2)?;
+        sh(&format!("ip link set {a} netns {NS_A} && ip link set {b} netns {NS_B}"))?;
+        let idx = |ns: &str, d: &str| -> Result<u32, String> {
+            sh(&format!("ip netns exec {ns} cat /sys/class/net/{d}/ifindex"))?
+                .trim()
+                .parse()
+                .map_err(|e| format!("ifindex: {e}"))
+        };
+        let (a_idx, b_idx) = (idx(NS_A, &a)?, idx(NS_B, &b)?);
+        let fa = fs::File::open(format!("/run/netns/{NS_A}")).map_err(|e| e.to_string())?;
+        let fb = fs::File::open(format!("/run/netns/{NS_B}")).map_err(|e| e.to_string())?;
+        write_sys(
+            "/sys/bus/netdevsim/link_device",
+            &format!("{}:{a_idx} {}:{b_idx}", fa.as_raw_fd(), fb.as_raw_fd()),
+        )?;
+        for (ns, d, v4, v6) in [(NS_A, &a, "192.0.2.1", "2001:db8::1"), (NS_B, &b, "192.0.2.2", "2001:db8::2")] {
+            sh(&format!(
+                "ip -n {ns} addr add {v4}/24 dev {d} && ip -n {ns} -6 addr add {v6}/64 dev {d} nodad && \
+                 ip -n {ns} link set {d} up && ip -n {ns} link set lo up"
+            ))?;
+        }
+        let n = Nsim { a, b, a_idx, queues, ksrc: format!("{cache}/linux/src") };
+        // Spread the sender's transmit queues over the CPUs (XPS), so that a
+        // thread pinned to CPU q sends on queue q, which netdevsim delivers
+        // to the receiver's rx queue q.
+        for q in 0..queues {
+            let _ = sh(&format!(
+                "ip netns exec {NS_B} sh -c 'echo {:x} > /sys/class/net/{}/queues/tx-{q}/xps_cpus'",
+                1u64 << (q % 64),
+                n.b
+            ));
+        }
+        Ok(n)
+    }
+
+    fn down_quiet() {
+        for id in [1, 2] {
+            if Path::new(&format!("/sys/bus/netdevsim/devices/netdevsim{id}")).exists() {
+                let _ = write_sys("/sys/bus/netdevsim/del_device", &id.to_string());
+            }
+        }
+        let _ = sh(&format!("ip netns del {NS_A} 2>/dev/null; ip netns del {NS_B} 2>/dev/null; true"));
+    }
+
+    /// Header/data split on the receiver (ethtool netlink, through the
+    /// kernel tree's YNL client: bookworm's ethtool cannot set it).
+    pub fn hds(&self, on: bool) -> Result<(), String> {
+        let mode = if on { "enabled" } else { "disabled" };
+        sh(&format!(
+            "ip netns exec {NS_A} /usr/bin/python3 {k}/tools/net/ynl/pyynl/cli.py --no-schema \
+             --spec {k}/Documentation/netlink/specs/ethtool.yaml --do rings-set \
+             --json '{{\"header\":{{\"dev-index\":{}}},\"tcp-data-split\":\"{mode}\",\"hds-thresh\":0}}'",
+            self.a_idx,
+            k = self.ksrc
+        ))
+        .map(|_| ())
+    }
+
+    /// netdevsim's counters of rx queue `q` of device `id` (1: receiver).
+    pub fn stats(&self, id: u32, q: u32) -> Result<HdsStats, String> {
+        let path = format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_stats");
+        let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("queue {q} ")))
+            .ok_or(format!("{path}: no queue {q}"))?;
+        let v: Vec<&str> = line.split_whitespace().collect();
+        let get = |k: &str| -> u64 {
+            v.iter().position(|x| *x == k).and_then(|i| v.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(0)
+        };
+        Ok(HdsStats {
+            dma_packets: get("dma_packets"),
+            dma_bytes: get("dma_bytes"),
+            fallback_packets: get("fallback_packets"),
+            fallback_bytes: get("fallback_bytes"),
+        })
+    }
+
+    /// Deletes netdevsim device `id` (its netdev is unregistered).
+    pub fn delete(&self, id: u32) -> Result<(), String> {
+        write_sys("/sys/bus/netdevsim/del_device", &id.to_string())
+    }
+}
+
+impl Drop for Nsim {
+    fn drop(&mut self) {
+        Self::down_quiet();
+    }
+}
+
+/// Address of the receiver.
+pub fn addr_a(v6: bool, port: u16) -> SocketAddr {
+    let ip: IpAddr = if v6 { "2001:db8::1".parse().unwrap() } else { "192.0.2.1".parse().unwrap() };
+    SocketAddr::new(ip, port)
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Starts a sender in `nsb`: connects to `to` (retrying while the listener
+/// comes up), sends `bytes` of `pat` from stream offset 0, closes. Pinned
+/// to `cpu` (selects the tx queue, see [`Nsim::up`]).
+pub fn sender(to: SocketAddr, bytes: u64, pat: Arc<Pattern>, cpu: usize) -> JoinHandle<Result<u64, String>> {
+    sender_timeout(to, bytes, pat, cpu, Duration::from_secs(60))
+}
+
+/// [`sender`] whose writes give up after `timeout` without progress.
+pub fn sender_timeout(
+    to: SocketAddr,
+    bytes: u64,
+    pat: Arc<Pattern>,
+    cpu: usize,
+    timeout: Duration,
+) -> JoinHandle<Result<u64, String>> {
+    in_netns(NS_B, move || {
+        pin_to_cpu(cpu);
+        let t0 = Instant::now();
+        let mut s = loop {
+            match TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
+                Ok(s) => break s,
+                Err(e) if t0.elapsed() < Duration::from_secs(10) => {
+                    let _ = e;
+                    sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(format!("connect {to}: {e}")),
+            }
+        };
+        // Fail in a minute, not after TCP's 15 minutes of retransmissions.
+        s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        let mut off = 0u64;
+        while off < bytes {
+            let n = ((bytes - off) as usize).min(256 << 10);
+            s.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
+            off += n as u64;
+        }
+        drop(s);
+        Ok(off)
+    })
+}
+
+/// What a receive loop saw.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Rx {
+    pub bytes: u64,
+    pub zc_bytes: u64,
+    pub copy_bytes: u64,
+    pub records: u64,
+    pub enobufs: u64,
+}
+
+/// Receives `sock` to the end through `z`, checking every byte against
+/// `pat`, giving every buffer back. `stop_after`: return early after that
+/// many bytes (the rest stays in the socket).
+pub fn receive(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, stop_after: Option<u64>) -> Result<Rx, String> {
+    receive_from(z, sock, pat, 0, stop_after)
+}
+
+/// [`receive`] from stream offset `start` (what was received before, by an
+/// earlier call); the returned counts are of this call only.
+pub fn receive_from(
+    z: &mut Zcrx,
+    sock: &TcpStream,
+    pat: &Pattern,
+    start: u64,
+    stop_after: Option<u64>,
+) -> Result<Rx, String> {
+    let mut recs = vec![Rec::default(); 128];
+    let mut rx = Rx::default();
+    let t0 = Instant::now();
+    loop {
+        if stop_after.is_some_and(|s| rx.bytes >= s) {
+            return Ok(rx);
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            return Err(format!("receive timed out after {} bytes", rx.bytes));
+        }
+        let got = match z.recv(sock.as_raw_fd(), &mut recs, 0) {
+            Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // Every buffer is in use (tiny area): we hold none, so they
+                // are in flight; wait for the stack to let go.
+                rx.enobufs += 1;
+                sleep(Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(format!("recv after {} bytes: {e}", rx.bytes)),
+        };
+        if got.bytes == 0 {
+            return Ok(rx);
+        }
+        let mut sum = 0u64;
+        for r in &recs[..got.records] {
+            let data = z.data(r);
+            if let Some(bad) = pat.check(start + rx.bytes, data) {
+                return Err(format!(
+                    "payload mismatch at stream offset {bad} (record off {} len {} flags {})",
+                    r.off, r.len, r.flags
+                ));
+            }
+            rx.bytes += u64::from(r.len);
+            sum += u64::from(r.len);
+            if r.flags & ZCRX_RS_REC_COPY != 0 {
+                rx.copy_bytes += u64::from(r.len);
+            } else {
+                rx.zc_bytes += u64::from(r.len);
+            }
+        }
+        if sum != got.bytes {
+            return Err(format!("records describe {sum} bytes, recv said {}", got.bytes));
+        }
+        rx.records += got.records as u64;
+        z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+    }
+}
+
+/// A receiver context in `nsa`: area of `area_bytes`, bound to `rxq`, and a
+/// listener on `port` (v4 or v6). Runs `body(zcrx, listener)` there.
+pub fn with_receiver<T: Send + 'static>(
+    a_idx: u32,
+    rxq: u32,
+    area_bytes: usize,
+    port: u16,
+    v6: bool,
+    body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
+) -> JoinHandle<Result<T, String>> {
+    in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| format!("open /dev/zcrx: {e}"))?;
+        z.register_area(area_bytes).map_err(|e| format!("register area: {e}"))?;
+        z.bind(a_idx, rxq, 0).map_err(|e| format!("bind queue {rxq}: {e}"))?;
+        let any: SocketAddr = if v6 {
+            (std::net::Ipv6Addr::UNSPECIFIED, port).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, port).into()
+        };
+        let l = TcpListener::bind(any).map_err(|e| format!("listen: {e}"))?;
+        body(&mut z, l)
+    })
+}
+
+/// Non-blocking receive flag, re-exported for tests.
+pub const DONTWAIT: u32 = ZCRX_RS_RECV_DONTWAIT;
