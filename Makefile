@@ -49,9 +49,11 @@ module: kernel
 	@$(TOP)/scripts/stage.sh module $(KMAKE) --no-print-directory -s ZCRX_KUNIT=1 modules
 	@echo "==> module: $(KO)"
 
-# The kernel tree's own io_uring zcrx selftest program (the baseline).
+# The kernel tree's own io_uring zcrx selftest program (the baseline), and
+# the XDP program the selftest attaches.
 iou-zcrx: kernel
 	@$(TOP)/scripts/build-iou-zcrx.sh --flavour $(FLAVOUR)
+	@clang-19 -O2 -target bpf -c $(TOP)/tools/selftest/xdp_pass.c -o $(KDIR)/xdp-pass.o
 
 rust-analyzer: kernel
 	$(KMAKE) rust-analyzer

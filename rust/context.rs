@@ -12,6 +12,9 @@
 //!
 //! ioctls (see `tools/include/uapi/linux/zcrx_rs.h`): INFO, REGISTER_AREA,
 //! BIND, RECV, STATS, UNBIND; mmap at offset 0 maps the refill ring.
+//!
+//! Lock order: mmap_lock → `inner`. So `inner` is never held while user
+//! memory is touched (copies, pinning) and is only taken briefly.
 
 use kernel::{
     fs::File,
@@ -115,14 +118,20 @@ impl Context {
         if req.flags != 0 || req.area_id != 0 || !is_zero(&req.__resv) {
             return Err(EINVAL);
         }
-        let mut inner = self.inner.lock();
-        if inner.area.is_some() {
+        // Lock order: never hold `inner` while touching user memory (page
+        // faults and pinning take mmap_lock; mmap takes it, then `inner`).
+        if self.inner.lock().area.is_some() {
             // One area per context.
             return Err(EEXIST);
         }
         let area = Area::register(req.addr, req.len)?;
         req.area_id = 0;
         w.write(&req)?;
+        let mut inner = self.inner.lock();
+        if inner.area.is_some() {
+            // Another thread registered one meanwhile; ours is dropped.
+            return Err(EEXIST);
+        }
         inner.area = Some(area);
         Ok(0)
     }
@@ -145,20 +154,31 @@ impl Context {
             return Err(EPERM);
         }
         let entries = refill::ring_entries(req.rq_entries)?;
-        let mut inner = self.inner.lock();
-        if inner.zcrx.is_some() {
-            return Err(EBUSY);
-        }
-        let area = inner.area.clone().ok_or(EINVAL)?;
+        let area = {
+            let inner = self.inner.lock();
+            if inner.zcrx.is_some() {
+                return Err(EBUSY);
+            }
+            inner.area.clone().ok_or(EINVAL)?
+        };
         let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
         req.rq_entries = entries;
         req.offsets = zcrx_rs_ring_offsets { head: HEAD_OFF, tail: TAIL_OFF, rqes: RQES_OFF, __resv: 0 };
         req.mmap_len = refill::ring_bytes(entries) as u64;
-        if let Err(e) = w.write(&req) {
+        let published = w.write(&req).and_then(|()| {
+            let mut inner = self.inner.lock();
+            if inner.zcrx.is_some() {
+                // Another thread bound meanwhile (the area is mapped once,
+                // so this cannot normally happen).
+                return Err(EBUSY);
+            }
+            inner.zcrx = Some(zcrx.clone());
+            Ok(())
+        });
+        if let Err(e) = published {
             zcrx.unbind();
             return Err(e);
         }
-        inner.zcrx = Some(zcrx);
         Ok(0)
     }
 
@@ -221,13 +241,17 @@ impl Context {
 #[pinned_drop]
 impl PinnedDrop for Context {
     fn drop(self: Pin<&mut Self>) {
-        let mut inner = self.inner.lock();
-        if let Some(zcrx) = inner.zcrx.take() {
+        // Out of the lock first: tearing down takes the netdev lock and,
+        // when the area goes, mmap_lock (lock order: see the top).
+        let (zcrx, area) = {
+            let mut inner = self.inner.lock();
+            (inner.zcrx.take(), inner.area.take())
+        };
+        if let Some(zcrx) = zcrx {
             zcrx.unbind();
             zcrx.scrub();
         }
-        inner.area = None;
-        drop(inner);
+        drop(area);
         GLOBAL.contexts.sub(1);
     }
 }

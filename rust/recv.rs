@@ -273,8 +273,7 @@ impl<S: RecordSink> Walker<'_, S> {
                 break;
             };
             let chunk = (n - done).min(PAGE_SIZE);
-            let r = area.pages().with_page_mut(idx, |page| skb.copy_bits((off + done) as u32, &mut page[..chunk]));
-            if let Err(e) = r {
+            if let Err(e) = area.pages().copy_from_skb(idx, skb, (off + done) as u32, chunk) {
                 area.release(idx);
                 return Err(e);
             }

@@ -12,6 +12,8 @@ use kernel::{
     sync::aref::ARef, //
 };
 
+use crate::net::skb::SkBuff;
+
 /// Size of a page.
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 
@@ -83,18 +85,24 @@ impl PinnedPages {
         &self.pages
     }
 
-    /// Runs `f` on a mutable view of page `idx` (copy fallback: lets the
-    /// caller copy straight from an skb into the page).
-    pub(crate) fn with_page_mut<R>(&self, idx: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    /// Copies `len` bytes of `skb` from offset `off` into page `idx`, from
+    /// its start (the copy fallback). `len` must fit in a page.
+    ///
+    /// # Panics
+    ///
+    /// If `idx` is out of range; callers use validated indices.
+    pub(crate) fn copy_from_skb(&self, idx: usize, skb: &SkBuff, off: u32, len: usize) -> Result {
+        if len > PAGE_SIZE {
+            return Err(EINVAL);
+        }
         let page = self.pages[idx].as_ptr();
-        // SAFETY: the page is pinned and mapped for the duration of `f`; the
-        // buffer is owned by the caller (it is on no pool and the user does
-        // not hold it), so nothing else writes it concurrently. The user may
-        // read the page through its own mapping: that is only a data race on
-        // plain bytes, as with any DMA into user memory.
+        // No Rust reference to the page is made: user space may read (or,
+        // misbehaving, write) it through its own mapping at any time.
+        // SAFETY: the page is pinned and mapped between kmap_local_page and
+        // kunmap_local; `len <= PAGE_SIZE` bytes fit in it.
         unsafe {
             let va = bindings::kmap_local_page(page).cast::<u8>();
-            let r = f(core::slice::from_raw_parts_mut(va, PAGE_SIZE));
+            let r = skb.copy_bits_to_raw(off, va, len);
             bindings::kunmap_local(va.cast());
             r
         }

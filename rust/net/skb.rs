@@ -64,16 +64,18 @@ impl SkBuff {
         FragListIter { next: self.shinfo().frag_list, _p: core::marker::PhantomData }
     }
 
-    /// Copies `dst.len()` bytes starting at `offset` of the data
-    /// (`skb_copy_bits`): works for the linear part, page frags and the
-    /// frag list, but not for unreadable (net_iov) frags.
-    pub(crate) fn copy_bits(&self, offset: u32, dst: &mut [u8]) -> Result {
-        let len = i32::try_from(dst.len()).map_err(|_| EINVAL)?;
+    /// Copies `len` bytes starting at `offset` of the data to `dst`
+    /// (`skb_copy_bits`): works for the linear part, page frags and the frag
+    /// list, but not for unreadable (net_iov) frags.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn copy_bits_to_raw(&self, offset: u32, dst: *mut u8, len: usize) -> Result {
+        let len = i32::try_from(len).map_err(|_| EINVAL)?;
         let off = i32::try_from(offset).map_err(|_| EINVAL)?;
-        // SAFETY: the skb is live; `dst` is valid for `len` bytes.
-        kernel::error::to_result(unsafe {
-            bindings::skb_copy_bits(self.as_raw(), off, dst.as_mut_ptr().cast(), len)
-        })
+        // SAFETY: the skb is live; the caller guarantees `dst`.
+        kernel::error::to_result(unsafe { bindings::skb_copy_bits(self.as_raw(), off, dst.cast(), len) })
     }
 }
 

@@ -74,12 +74,9 @@ pub struct HdsStats {
 pub struct Nsim {
     /// Receiver netdev (in `nsa`).
     pub a: String,
-    /// Sender netdev (in `nsb`).
-    pub b: String,
     /// The receiver's ifindex, in its namespace.
     pub a_idx: u32,
     pub queues: u32,
-    ksrc: String,
 }
 
 fn nsim_dev(id: u32) -> Result<String, String> {
@@ -105,27 +102,54 @@ fn write_sys(path: &str, what: &str) -> Result<(), String> {
 impl Nsim {
     /// Creates the pair with `queues` queues each, addresses, links up.
     pub fn up(queues: u32) -> Result<Nsim, String> {
-        let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+        Self::up_steered(queues, None)
+    }
+
+    /// [`Nsim::up`], with the sender's whole traffic on tx queue `steer` if
+    /// given, else spread: a thread pinned to CPU q sends on queue q. (XPS;
+    /// netdevsim delivers tx queue q to the peer's rx queue q.)
+    ///
+    /// Process spawns cost about a second each in the debug kernel under
+    /// emulation: everything that can be done without one is, and the `ip`
+    /// commands go in batches.
+    pub fn up_steered(queues: u32, steer: Option<u32>) -> Result<Nsim, String> {
         let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
         if !Path::new("/sys/bus/netdevsim").exists() {
             sh(&format!("insmod {build}/drivers/net/netdevsim/netdevsim.ko"))?;
         }
         Self::down_quiet();
-        sh(&format!("ip netns add {NS_A} && ip netns add {NS_B}"))?;
         write_sys("/sys/bus/netdevsim/new_device", &format!("1 1 {queues}"))?;
         write_sys("/sys/bus/netdevsim/new_device", &format!("2 1 {queues}"))?;
         // udev renames new netdevs (eth0 -> eni1np1): let it finish first.
         let _ = sh("udevadm settle -t 10");
         let a = nsim_dev(1)?;
         let b = nsim_dev(2)?;
-        sh(&format!("ip link set {a} netns {NS_A} && ip link set {b} netns {NS_B}"))?;
-        let idx = |ns: &str, d: &str| -> Result<u32, String> {
-            sh(&format!("ip netns exec {ns} cat /sys/class/net/{d}/ifindex"))?
-                .trim()
-                .parse()
-                .map_err(|e| format!("ifindex: {e}"))
+        // XPS while the sender is still in this namespace's sysfs.
+        // SAFETY: sysconf has no preconditions.
+        let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.clamp(1, 63) as u32;
+        // (XPS exists only on multi-queue devices.)
+        for q in (0..queues).filter(|_| queues > 1) {
+            let mask = match steer {
+                Some(s) if s == q => (1u64 << ncpu) - 1,
+                Some(_) => 0,
+                None => 1u64 << (q % ncpu),
+            };
+            write_sys(&format!("/sys/class/net/{b}/queues/tx-{q}/xps_cpus"), &format!("{mask:x}"))?;
+        }
+        sh(&format!(
+            "printf 'netns add {NS_A}\\nnetns add {NS_B}\\nlink set {a} netns {NS_A}\\nlink set {b} netns {NS_B}\\n' | ip -b -"
+        ))?;
+        let ifindex = |ns: &'static str, d: String| -> Result<u32, String> {
+            join(in_netns(ns, move || {
+                let c = std::ffi::CString::new(d).map_err(|e| e.to_string())?;
+                // SAFETY: a valid C string.
+                match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+                    0 => Err(format!("if_nametoindex: {}", io::Error::last_os_error())),
+                    i => Ok(i),
+                }
+            }))
         };
-        let (a_idx, b_idx) = (idx(NS_A, &a)?, idx(NS_B, &b)?);
+        let (a_idx, b_idx) = (ifindex(NS_A, a.clone())?, ifindex(NS_B, b.clone())?);
         let fa = fs::File::open(format!("/run/netns/{NS_A}")).map_err(|e| e.to_string())?;
         let fb = fs::File::open(format!("/run/netns/{NS_B}")).map_err(|e| e.to_string())?;
         write_sys(
@@ -134,22 +158,10 @@ impl Nsim {
         )?;
         for (ns, d, v4, v6) in [(NS_A, &a, "192.0.2.1", "2001:db8::1"), (NS_B, &b, "192.0.2.2", "2001:db8::2")] {
             sh(&format!(
-                "ip -n {ns} addr add {v4}/24 dev {d} && ip -n {ns} -6 addr add {v6}/64 dev {d} nodad && \
-                 ip -n {ns} link set {d} up && ip -n {ns} link set lo up"
+                "printf 'addr add {v4}/24 dev {d}\\naddr add {v6}/64 dev {d} nodad\\nlink set {d} up\\nlink set lo up\\n' | ip -n {ns} -b -"
             ))?;
         }
-        let n = Nsim { a, b, a_idx, queues, ksrc: format!("{cache}/linux/src") };
-        // Spread the sender's transmit queues over the CPUs (XPS), so that a
-        // thread pinned to CPU q sends on queue q, which netdevsim delivers
-        // to the receiver's rx queue q.
-        for q in 0..queues {
-            let _ = sh(&format!(
-                "ip netns exec {NS_B} sh -c 'echo {:x} > /sys/class/net/{}/queues/tx-{q}/xps_cpus'",
-                1u64 << (q % 64),
-                n.b
-            ));
-        }
-        Ok(n)
+        Ok(Nsim { a, a_idx, queues })
     }
 
     fn down_quiet() {
@@ -158,21 +170,24 @@ impl Nsim {
                 let _ = write_sys("/sys/bus/netdevsim/del_device", &id.to_string());
             }
         }
-        let _ = sh(&format!("ip netns del {NS_A} 2>/dev/null; ip netns del {NS_B} 2>/dev/null; true"));
+        // `ip netns del`, without spawning it.
+        for ns in [NS_A, NS_B] {
+            let p = format!("/run/netns/{ns}");
+            if let Ok(c) = std::ffi::CString::new(p.clone()) {
+                // SAFETY: a valid path; detaching a mount we created.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let _ = fs::remove_file(&p);
+        }
     }
 
-    /// Header/data split on the receiver (ethtool netlink, through the
-    /// kernel tree's YNL client: bookworm's ethtool cannot set it).
+    /// Header/data split on the receiver, `hds-thresh 0` (ethtool netlink,
+    /// `zcrx::ethtool`: bookworm's ethtool cannot set it).
     pub fn hds(&self, on: bool) -> Result<(), String> {
-        let mode = if on { "enabled" } else { "disabled" };
-        sh(&format!(
-            "ip netns exec {NS_A} /usr/bin/python3 {k}/tools/net/ynl/pyynl/cli.py --no-schema \
-             --spec {k}/Documentation/netlink/specs/ethtool.yaml --do rings-set \
-             --json '{{\"header\":{{\"dev-index\":{}}},\"tcp-data-split\":\"{mode}\",\"hds-thresh\":0}}'",
-            self.a_idx,
-            k = self.ksrc
-        ))
-        .map(|_| ())
+        let idx = self.a_idx;
+        join(in_netns(NS_A, move || {
+            zcrx::ethtool::set_header_split(idx, on).map_err(|e| format!("ethtool rings-set tcp-data-split: {e}"))
+        }))
     }
 
     /// netdevsim's counters of rx queue `q` of device `id` (1: receiver).

@@ -6,6 +6,7 @@
 //! and kernel module handling for the tests.
 
 pub mod dev;
+pub mod ethtool;
 pub mod kmod;
 pub mod ktap;
 pub mod pattern;

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Header/data split through ethtool netlink, for systems whose `ethtool`
+//! is too old to set it (bookworm's 6.1 cannot): a minimal generic netlink
+//! client that resolves the "ethtool" family and sends one `RINGS_SET`.
+//! The constants are uAPI (`<linux/ethtool_netlink_generated.h>`).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const ETHTOOL_MSG_RINGS_SET: u8 = 16;
+const ETHTOOL_A_RINGS_HEADER: u16 = 1;
+const ETHTOOL_A_HEADER_DEV_INDEX: u16 = 1;
+const ETHTOOL_A_RINGS_TCP_DATA_SPLIT: u16 = 11;
+const ETHTOOL_A_RINGS_HDS_THRESH: u16 = 17;
+const ETHTOOL_TCP_DATA_SPLIT_DISABLED: u8 = 1;
+const ETHTOOL_TCP_DATA_SPLIT_ENABLED: u8 = 2;
+const NLA_F_NESTED: u16 = 1 << 15;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+
+/// Appends a netlink attribute (padded to 4 bytes).
+fn attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+    let len = 4 + payload.len();
+    buf.extend_from_slice(&(len as u16).to_ne_bytes());
+    buf.extend_from_slice(&ty.to_ne_bytes());
+    buf.extend_from_slice(payload);
+    buf.resize(buf.len().next_multiple_of(4), 0);
+}
+
+/// A complete generic netlink request.
+fn genl_msg(family: u16, cmd: u8, seq: u32, attrs: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(20 + attrs.len());
+    let len = 16 + 4 + attrs.len();
+    m.extend_from_slice(&(len as u32).to_ne_bytes());
+    m.extend_from_slice(&family.to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    m.extend_from_slice(&[cmd, 1, 0, 0]); // genlmsghdr: cmd, version
+    m.extend_from_slice(attrs);
+    m
+}
+
+/// The `RINGS_SET` attributes for header split on/off, threshold 0.
+fn rings_set_attrs(ifindex: u32, on: bool) -> Vec<u8> {
+    let mut hdr = Vec::new();
+    attr(&mut hdr, ETHTOOL_A_HEADER_DEV_INDEX, &ifindex.to_ne_bytes());
+    let mut a = Vec::new();
+    attr(&mut a, ETHTOOL_A_RINGS_HEADER | NLA_F_NESTED, &hdr);
+    let mode = if on { ETHTOOL_TCP_DATA_SPLIT_ENABLED } else { ETHTOOL_TCP_DATA_SPLIT_DISABLED };
+    attr(&mut a, ETHTOOL_A_RINGS_TCP_DATA_SPLIT, &[mode]);
+    attr(&mut a, ETHTOOL_A_RINGS_HDS_THRESH, &0u32.to_ne_bytes());
+    a
+}
+
+/// Walks the attributes of `buf`, calling `f(type, payload)`.
+fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
+    while buf.len() >= 4 {
+        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
+        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & !NLA_F_NESTED;
+        if len < 4 || len > buf.len() {
+            return;
+        }
+        f(ty, &buf[4..len]);
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+    }
+}
+
+struct Genl {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+impl Genl {
+    fn open() -> io::Result<Self> {
+        // SAFETY: plain socket creation.
+        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_GENERIC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: we just created it.
+        Ok(Genl { fd: unsafe { OwnedFd::from_raw_fd(fd) }, seq: 1 })
+    }
+
+    /// Sends a request and returns the first reply message (payload after
+    /// the netlink header), or the error of an `NLMSG_ERROR` reply.
+    fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
+        self.seq += 1;
+        let m = genl_msg(family, cmd, self.seq, attrs);
+        // SAFETY: sending our buffer on our socket (to the kernel, addr 0).
+        let r = unsafe { libc::send(self.fd.as_raw_fd(), m.as_ptr().cast(), m.len(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; 16384];
+        // SAFETY: receiving into our buffer.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 16 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+        if ty == NLMSG_ERROR {
+            let err = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+            if err != 0 {
+                // The extended ack message, if the kernel sent one.
+                let mut msg = String::new();
+                let total = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                let inner = u32::from_ne_bytes([buf[20], buf[21], buf[22], buf[23]]) as usize;
+                let start = (16 + 4 + inner).min(total);
+                for_each_attr(&buf[start..total.min(buf.len())], |t, p| {
+                    if t == 1 {
+                        msg = String::from_utf8_lossy(p).trim_end_matches('\0').to_string();
+                    }
+                });
+                let e = io::Error::from_raw_os_error(-err);
+                return Err(if msg.is_empty() { e } else { io::Error::new(e.kind(), format!("{e}: {msg}")) });
+            }
+        }
+        Ok(buf[16..].to_vec())
+    }
+
+    fn family_id(&mut self, name: &str) -> io::Result<u16> {
+        let mut a = Vec::new();
+        let mut n = name.as_bytes().to_vec();
+        n.push(0);
+        attr(&mut a, CTRL_ATTR_FAMILY_NAME, &n);
+        let reply = self.request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, &a)?;
+        let mut id = None;
+        for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
+            if t == CTRL_ATTR_FAMILY_ID && p.len() >= 2 {
+                id = Some(u16::from_ne_bytes([p[0], p[1]]));
+            }
+        });
+        id.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no genetlink family {name}")))
+    }
+}
+
+/// `ethtool -G IFACE tcp-data-split on|off hds-thresh 0` for the device
+/// `ifindex` of the caller's network namespace.
+pub fn set_header_split(ifindex: u32, on: bool) -> io::Result<()> {
+    let mut g = Genl::open()?;
+    let fam = g.family_id("ethtool")?;
+    g.request(fam, ETHTOOL_MSG_RINGS_SET, &rings_set_attrs(ifindex, on)).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_padded_and_nested() {
+        let a = rings_set_attrs(7, true);
+        // header nest (4 + 8), data split (4 + 1 -> 8), thresh (4 + 4)
+        assert_eq!(a.len(), 12 + 8 + 8);
+        assert_eq!(u16::from_ne_bytes([a[2], a[3]]), ETHTOOL_A_RINGS_HEADER | NLA_F_NESTED);
+        assert_eq!(u32::from_ne_bytes([a[8], a[9], a[10], a[11]]), 7);
+        assert_eq!(a[16], ETHTOOL_TCP_DATA_SPLIT_ENABLED);
+        let mut seen = Vec::new();
+        for_each_attr(&a, |t, p| seen.push((t, p.len())));
+        assert_eq!(seen, vec![(1, 8), (11, 1), (17, 4)]);
+    }
+
+    #[test]
+    fn message_header() {
+        let m = genl_msg(0x20, ETHTOOL_MSG_RINGS_SET, 5, &[0u8; 8]);
+        assert_eq!(u32::from_ne_bytes([m[0], m[1], m[2], m[3]]) as usize, m.len());
+        assert_eq!(u16::from_ne_bytes([m[4], m[5]]), 0x20);
+        assert_eq!(m[16], ETHTOOL_MSG_RINGS_SET);
+    }
+}
