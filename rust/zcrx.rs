@@ -90,11 +90,11 @@ impl Zcrx {
         let params = provider::params(&ZCRX_OPS, &*zcrx);
         if let Err((e, msg)) = dev.mp_open_rxq(rxq, &params) {
             pr_info!(
-                "bind {} rxq {}: {} ({:?})\n",
+                "bind {} rxq {}: {} (errno {})\n",
                 dev.name(),
                 rxq,
                 msg.map(|m| m.to_str().unwrap_or("?")).unwrap_or("failed"),
-                e
+                -e.to_errno()
             );
             // Nothing refers to `zcrx` but us: dropping it unmaps and frees.
             return Err(e);

@@ -303,12 +303,22 @@ fn iouring_zcrx_in_tree(env: &Env) -> Outcome {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn();
-        let srv = tryo!(srv.map_err(|e| format!("spawn server: {e}")));
-        std::thread::sleep(Duration::from_millis(1500));
-        let cli = std::process::Command::new("ip")
-            .args(["netns", "exec", net::NS_B, &exe, "-c", "-h", "2001:db8::1", "-p", &port.to_string(), "-l", "12840"])
-            .output();
-        let cli = tryo!(cli.map_err(|e| format!("client: {e}")));
+        let mut srv = tryo!(srv.map_err(|e| format!("spawn server: {e}")));
+        // The server registers its zcrx instance, then listens: retry the
+        // client while it comes up (its connect fails until then).
+        let mut tries = 0;
+        let cli = loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let cli = std::process::Command::new("ip")
+                .args(["netns", "exec", net::NS_B, &exe, "-c", "-h", "2001:db8::1", "-p", &port.to_string(), "-l", "12840"])
+                .output();
+            let cli = tryo!(cli.map_err(|e| format!("client: {e}")));
+            tries += 1;
+            let server_running = matches!(srv.try_wait(), Ok(None));
+            if cli.status.success() || !server_running || tries == 20 {
+                break cli;
+            }
+        };
         let out = tryo!(srv.wait_with_output().map_err(|e| format!("server: {e}")));
         if !out.status.success() || !cli.status.success() {
             return Fail(format!(

@@ -135,9 +135,15 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
         let held = z.stats().map_err(|e| e.to_string())?.user_held;
         drop(z);
         drop(s);
-        // The charge goes when the area does: after the old pool is gone.
+        // The charge goes when the area does: after the old pool is gone,
+        // which may wait for deferred skb frees (see kick_softirqs).
         let t0 = Instant::now();
-        while vm_locked_kb() != base && t0.elapsed() < Duration::from_secs(10) {
+        let mut kicked = Instant::now();
+        while vm_locked_kb() != base && t0.elapsed() < Duration::from_secs(15) {
+            if kicked.elapsed() > Duration::from_secs(2) {
+                crate::common::kick_softirqs();
+                kicked = Instant::now();
+            }
             sleep(Duration::from_millis(100));
         }
         Ok((base, charged, vm_locked_kb(), got.records, held))
