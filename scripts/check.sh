@@ -15,7 +15,7 @@ Expects the kernel(s), module(s), iou-zcrx and tools built (make check does that
      the generated uAPI file up to date, checkpatch --strict of the series
   2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
   3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
-     injection): KUnit + the selftest with a 64 MiB big stream
+     injection): KUnit + the selftest, streams scaled down (16 MiB big stream, others /8)
 The guest kernel logs are scanned for splats (scripts/vm.sh).
 Results: \$ZCRX_CACHE/build/FLAVOUR/check/
 USAGE
@@ -94,7 +94,7 @@ $name ($fl kernel): $vp passed/$vf failed/$vs skipped"
 
 vm_suite "$flavour" "check-$flavour"
 if [ -n "$debug" ]; then
-	vm_suite debug check-debug --big-stream $((64 << 20))
+	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8
 fi
 
 echo

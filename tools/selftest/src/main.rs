@@ -3,10 +3,21 @@
 
 //! zcrx-rs selftest: runs inside the test VM as root, prints KTAP.
 //!
-//! usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--list] [TEST...]
+//! usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N]
+//!                      [--list] [TEST...]
 //!
 //! Needs the test kernel (netdevsim with header-split DMA) and the
 //! environment scripts/vm.sh sets (ZCRX_BUILD, ZCRX_CACHE).
+
+/// Unwraps a `Result` in a test, or ends the test with `Fail(error)`.
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return zcrx::ktap::Outcome::Fail(e.to_string()),
+        }
+    };
+}
 
 mod common;
 mod errors;
@@ -26,9 +37,17 @@ pub struct Env {
     pub module: PathBuf,
     /// Size of the big stream test.
     pub big_stream: u64,
+    /// Divisor for the other streams' sizes (`--scale-down`, for the slow
+    /// debug kernel).
+    pub scale_down: u64,
 }
 
 impl Env {
+    /// A stream size, scaled down by `--scale-down` (at least 4 MiB).
+    pub fn bytes(&self, b: u64) -> u64 {
+        (b / self.scale_down).max(4 << 20).min(b)
+    }
+
     /// Prints a KTAP diagnostic line (numbers, explanations).
     pub fn diag(&self, msg: &str) {
         for l in msg.lines() {
@@ -52,7 +71,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--list] [TEST...]");
     exit(2);
 }
 
@@ -61,12 +80,16 @@ fn main() {
     let mut only = Vec::new();
     let mut list = false;
     let mut big_stream = 1u64 << 30;
+    let mut scale_down = 1u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--module" => module = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),
             "--big-stream" => {
                 big_stream = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+            }
+            "--scale-down" => {
+                scale_down = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
             }
             "--list" => list = true,
             "-h" | "--help" => usage(),
@@ -85,7 +108,7 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module, big_stream };
+    let env = Env { module, big_stream, scale_down };
 
     let mut k = Ktap::new(std::io::stdout(), tests.len());
     // SAFETY: geteuid has no preconditions.

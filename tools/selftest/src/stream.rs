@@ -26,15 +26,6 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("two_sockets_one_queue", two_sockets_one_queue),
 ];
 
-macro_rules! tryo {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return Fail(e.to_string()),
-        }
-    };
-}
-
 /// One stream of `bytes` to receiver queue `rxq` from a sender on `cpu`;
 /// returns what the receiver saw and netdevsim's counters before/after.
 pub fn one_stream(
@@ -134,7 +125,7 @@ fn zc_stream_1g_ipv6(env: &Env) -> Outcome {
 }
 
 fn zc_stream_ipv4(env: &Env) -> Outcome {
-    stream_test(env, 64 << 20, 16 << 20, false, 7002)
+    stream_test(env, env.bytes(64 << 20), 16 << 20, false, 7002)
 }
 
 fn tiny_area_backpressure(env: &Env) -> Outcome {
@@ -143,7 +134,7 @@ fn tiny_area_backpressure(env: &Env) -> Outcome {
     tryo!(n.hds(true));
     let t0 = Instant::now();
     let pages = 16;
-    let (rx, b, a, st) = tryo!(one_stream(&n, 32 << 20, pages * zcrx::dev::page_size(), 0, 0, true, 7003, 3));
+    let (rx, b, a, st) = tryo!(one_stream(&n, env.bytes(32 << 20), pages * zcrx::dev::page_size(), 0, 0, true, 7003, 3));
     let d = delta(b, a);
     env.diag(&format!("area of {pages} buffers: {}; ENOBUFS {} times", report(&rx, &st, d, t0.elapsed().as_secs_f64()), rx.enobufs));
     if rx.zc_bytes + rx.copy_bytes != rx.bytes {
@@ -164,7 +155,7 @@ fn flow_on_unbound_queue_is_copied(env: &Env) -> Outcome {
     // bound queue, it arrives zero-copy, and no more than netdevsim DMA'd.
     let q0_before = tryo!(n.stats(1, 0));
     let t0 = Instant::now();
-    let (rx, b, a, st) = tryo!(one_stream(&n, 16 << 20, 8 << 20, 0, 1, true, 7004, 4));
+    let (rx, b, a, st) = tryo!(one_stream(&n, env.bytes(16 << 20), 8 << 20, 0, 1, true, 7004, 4));
     let d = delta(b, a);
     let q0 = delta(q0_before, tryo!(n.stats(1, 0)));
     env.diag(&format!(
@@ -196,7 +187,7 @@ fn two_sockets_one_queue(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    const BYTES: u64 = 24 << 20;
+    let bytes = env.bytes(24 << 20);
     let pats = [Arc::new(Pattern::new(21)), Arc::new(Pattern::new(22))];
     let (pa, pb) = (pats[0].clone(), pats[1].clone());
     let rx = with_receiver(n.a_idx, 0, 16 << 20, 7005, true, move |z, l| {
@@ -258,13 +249,13 @@ fn two_sockets_one_queue(env: &Env) -> Outcome {
         }
         Ok((off, zc))
     });
-    let t1 = sender(addr_a(true, 7005), BYTES, pats[0].clone(), 0);
-    let t2 = sender(addr_a(true, 7005), BYTES, pats[1].clone(), 0);
+    let t1 = sender(addr_a(true, 7005), bytes, pats[0].clone(), 0);
+    let t2 = sender(addr_a(true, 7005), bytes, pats[1].clone(), 0);
     tryo!(join(t1));
     tryo!(join(t2));
     let (off, zc) = tryo!(join(rx));
-    env.diag(&format!("two streams of {} each byte-exact; {} of {} zero-copy", mib(BYTES), mib(zc), mib(2 * BYTES)));
-    if off != [BYTES, BYTES] {
+    env.diag(&format!("two streams of {} each byte-exact; {} of {} zero-copy", mib(bytes), mib(zc), mib(2 * bytes)));
+    if off != [bytes, bytes] {
         return Fail(format!("received {off:?}"));
     }
     drop(n);
