@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
-	check-fast demo clean distclean-kernel
+	check-fast demo bench clean distclean-kernel
 
 all: module
 
@@ -36,6 +36,7 @@ help:
 	@echo "make kernel        fetch, patch, configure and build the test kernel"
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
 	@echo "make tools         build the userspace tools (tools/, cargo)"
+	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -71,6 +72,10 @@ check: module iou-zcrx tools
 # Only the fast kernel (no debug kernel build): for quick iterations.
 check-fast: module iou-zcrx tools
 	@$(TOP)/scripts/check.sh --flavour $(FLAVOUR)
+
+# The benchmark: zcrx-rs vs io_uring zcrx vs recv() vs recv(MSG_TRUNC).
+bench: module tools
+	@$(TOP)/scripts/bench.sh
 
 demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Runs inside the VM for `make bench`: every mode of zcrx-bench on the same
+# netdevsim queue, interleaved, ROUNDS times; one JSON line per run.
+set -eu
+B=${ZCRX_BUILD:?run through scripts/vm.sh}
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+. "$TOP/scripts/guest-lib.sh"
+OUT=${BENCH_OUT:?}
+ROUNDS=${BENCH_ROUNDS:-5}
+BYTES=${BENCH_BYTES:-268435456}
+MODES=${BENCH_MODES:-"copy trunc iouring-zcrx zcrx-rs"}
+BENCH=$TOP/tools/target/release/zcrx-bench
+
+nsim_up 1
+hds_set nsa "$NSIM_A" on
+insmod "$B/zcrx-module/rust/zcrx_rs.ko"
+: > "$OUT"
+# The receiver runs on CPU 1, the sender on CPU 0. netdevsim runs the
+# receiving device's NAPI from a timer armed by the sender's transmit, on the
+# sender's CPU: the data path's softirq stays off the receiver's CPU.
+port=6000
+for r in $(seq "$ROUNDS"); do
+	for m in $MODES; do
+		port=$((port + 1))
+		before=$(hds_stats 1 0)
+		ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
+			--cpu 1 --json > /tmp/bench-run.json &
+		rx=$!
+		ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
+		wait $rx
+		after=$(hds_stats 1 0)
+		dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
+		fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
+		sed "s/}\$/,\"round\":$r,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
+			/tmp/bench-run.json | tee -a "$OUT"
+	done
+done
+nsim_down
+for _ in $(seq 40); do [ "$(cat /sys/module/zcrx_rs/refcnt)" = 0 ] && break; sleep 0.5; done
+rmmod zcrx_rs

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! zcrx-bench: one TCP flow, received four ways, measured the same way.
+//!
+//!   receiver: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P
+//!                        [--dev IFNAME --queue N] [--cpu C] [-4|-6] [--json]
+//!   sender:   zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]
+//!   summary:  zcrx-bench --report RESULTS.jsonl
+//!
+//! The receiver pins itself to one CPU and counts, from accept to end of
+//! stream, the wall time and the CPU time charged to that CPU in
+//! /proc/stat (user + nice + system + irq + softirq: the receive path
+//! wherever it runs on that CPU), plus its own thread's getrusage. Every
+//! mode except `trunc` (which never sees the payload) checks 64 bytes at
+//! every MiB of the stream against the pattern: the same cost for all.
+
+mod report;
+mod uring;
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::exit;
+use std::time::{Duration, Instant};
+
+use zcrx::uapi::ZCRX_RS_REC_COPY;
+use zcrx::{Pattern, Rec, Zcrx};
+
+const SEED: u64 = 0x5eed;
+const CHECK_EVERY: u64 = 1 << 20;
+const CHECK_LEN: u64 = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Copy,
+    Trunc,
+    IouringZcrx,
+    ZcrxRs,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Option<Mode> {
+        Some(match s {
+            "copy" => Mode::Copy,
+            "trunc" => Mode::Trunc,
+            "iouring-zcrx" => Mode::IouringZcrx,
+            "zcrx-rs" => Mode::ZcrxRs,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Copy => "copy",
+            Mode::Trunc => "trunc",
+            Mode::IouringZcrx => "iouring-zcrx",
+            Mode::ZcrxRs => "zcrx-rs",
+        }
+    }
+}
+
+struct Opts {
+    server: bool,
+    host: Option<String>,
+    port: u16,
+    mode: Mode,
+    dev: Option<String>,
+    queue: u32,
+    cpu: Option<usize>,
+    v6: bool,
+    json: bool,
+    bytes: Option<u64>,
+    secs: Option<f64>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--json]\n\
+         \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]\n\
+         \x20      zcrx-bench --report RESULTS.jsonl"
+    );
+    exit(2);
+}
+
+fn die(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("zcrx-bench: {what}: {e}");
+    exit(1);
+}
+
+fn parse() -> Opts {
+    let mut o = Opts {
+        server: false,
+        host: None,
+        port: 5201,
+        mode: Mode::Copy,
+        dev: None,
+        queue: 0,
+        cpu: None,
+        v6: true,
+        json: false,
+        bytes: None,
+        secs: None,
+    };
+    let mut a = std::env::args().skip(1);
+    while let Some(k) = a.next() {
+        let mut v = || a.next().unwrap_or_else(|| usage());
+        match k.as_str() {
+            "-s" => o.server = true,
+            "-c" => o.host = Some(v()),
+            "--port" | "-p" => o.port = v().parse().unwrap_or_else(|_| usage()),
+            "--mode" => o.mode = Mode::parse(&v()).unwrap_or_else(|| usage()),
+            "--dev" => o.dev = Some(v()),
+            "--queue" => o.queue = v().parse().unwrap_or_else(|_| usage()),
+            "--cpu" => o.cpu = Some(v().parse().unwrap_or_else(|_| usage())),
+            "-4" => o.v6 = false,
+            "-6" => o.v6 = true,
+            "--json" => o.json = true,
+            "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
+            "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
+            "--report" => {
+                let path = v();
+                match report::report(&path) {
+                    Ok(()) => exit(0),
+                    Err(e) => die("report", e),
+                }
+            }
+            _ => usage(),
+        }
+    }
+    if o.server == o.host.is_some() {
+        usage();
+    }
+    o
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t; CPU_SET stays inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            die("sched_setaffinity", io::Error::last_os_error());
+        }
+    }
+}
+
+/// CPU time charged to `cpu` in /proc/stat (user+nice+system+irq+softirq),
+/// and softirq alone, in seconds.
+fn cpu_stat(cpu: usize) -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let key = format!("cpu{cpu} ");
+    let Some(l) = s.lines().find(|l| l.starts_with(&key)) else { return (0.0, 0.0) };
+    let v: Vec<f64> = l.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let get = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    // user nice system idle iowait irq softirq
+    ((get(0) + get(1) + get(2) + get(5) + get(6)) / hz, get(6) / hz)
+}
+
+/// This thread's user + system time in seconds.
+fn thread_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// Checks the sampled bytes of `data` (stream offset `off`).
+struct Sampler {
+    pat: Pattern,
+    checked: u64,
+}
+
+impl Sampler {
+    fn check(&mut self, off: u64, data: &[u8]) {
+        let end = off + data.len() as u64;
+        let mut m = off.next_multiple_of(CHECK_EVERY);
+        while m < end {
+            let i = (m - off) as usize;
+            let n = (CHECK_LEN as usize).min(data.len() - i);
+            if let Some(bad) = self.pat.check(m, &data[i..i + n]) {
+                die("verify", format!("payload mismatch at stream offset {bad}"));
+            }
+            self.checked += n as u64;
+            m += CHECK_EVERY;
+        }
+    }
+}
+
+fn ifindex(dev: &Option<String>) -> u32 {
+    let Some(d) = dev else { die("--dev", "zero-copy modes need --dev and --queue") };
+    let c = std::ffi::CString::new(d.as_str()).unwrap_or_else(|e| die("--dev", e));
+    // SAFETY: a valid C string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => die(&format!("no interface {d}"), io::Error::last_os_error()),
+        i => i,
+    }
+}
+
+fn server(o: &Opts) {
+    let cpu = o.cpu.unwrap_or(1);
+    pin(cpu);
+    let mut zc = None;
+    let mut ring = None;
+    let area = 64usize << 20;
+    match o.mode {
+        Mode::ZcrxRs => {
+            let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx", e));
+            z.register_area(area).unwrap_or_else(|e| die("register area", e));
+            z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die("bind", e));
+            zc = Some(z);
+        }
+        Mode::IouringZcrx => {
+            let bufs = (area / zcrx::dev::page_size()) as u32;
+            ring = Some(uring::ZcrxRing::new(ifindex(&o.dev), o.queue, area, bufs).unwrap_or_else(|e| die("io_uring zcrx", e)));
+        }
+        _ => {}
+    }
+    let any: SocketAddr =
+        if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
+    let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
+    let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
+    let mut smp = Sampler { pat: Pattern::new(SEED), checked: 0 };
+    let ((c0, si0), r0, t0) = (cpu_stat(cpu), thread_cpu(), Instant::now());
+    let (mut total, mut copied) = (0u64, 0u64);
+    match o.mode {
+        Mode::Copy => {
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = s.read(&mut buf).unwrap_or_else(|e| die("read", e));
+                if n == 0 {
+                    break;
+                }
+                smp.check(total, &buf[..n]);
+                total += n as u64;
+            }
+        }
+        Mode::Trunc => {
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                // SAFETY: recv into our buffer; MSG_TRUNC makes TCP drop the data.
+                let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) };
+                if n < 0 {
+                    die("recv(MSG_TRUNC)", io::Error::last_os_error());
+                }
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+        }
+        Mode::ZcrxRs => {
+            let z = zc.as_mut().expect("bound above");
+            let mut recs = vec![Rec::default(); 256];
+            loop {
+                let got = match z.recv(s.as_raw_fd(), &mut recs, 0) {
+                    Ok(g) => g,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
+                    Err(e) => die("zcrx recv", e),
+                };
+                if got.bytes == 0 {
+                    break;
+                }
+                for r in &recs[..got.records] {
+                    smp.check(total, z.data(r));
+                    total += u64::from(r.len);
+                    if r.flags & ZCRX_RS_REC_COPY != 0 {
+                        copied += u64::from(r.len);
+                    }
+                }
+                z.refill(&recs[..got.records]).unwrap_or_else(|e| die("refill", e));
+            }
+        }
+        Mode::IouringZcrx => {
+            let r = ring.as_mut().expect("set up above");
+            r.recv_multishot(s.as_raw_fd()).unwrap_or_else(|e| die("RECV_ZC", e));
+            let mut eof = false;
+            while !eof {
+                let mut done = Vec::new();
+                let mut rearm = false;
+                r.complete(|r, c| {
+                    if c.len == 0 {
+                        eof = true;
+                        return;
+                    }
+                    smp.check(total, r.data(&c));
+                    total += c.len as u64;
+                    rearm |= !c.more;
+                    done.push(c);
+                })
+                .unwrap_or_else(|e| die("RECV_ZC completion", e));
+                for c in &done {
+                    r.refill(c);
+                }
+                if rearm && !eof {
+                    r.recv_multishot(s.as_raw_fd()).unwrap_or_else(|e| die("RECV_ZC", e));
+                }
+            }
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (c1, si1) = cpu_stat(cpu);
+    let cpu_secs = c1 - c0;
+    let rus = thread_cpu() - r0;
+    let gib = total as f64 / (1u64 << 30) as f64;
+    let line = format!(
+        "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
+         \"cpu_per_gib\":{:.4},\"softirq_secs\":{:.4},\"thread_secs\":{rus:.4},\"copied_bytes\":{copied},\
+         \"verified_bytes\":{}}}",
+        o.mode.name(),
+        total as f64 * 8.0 / secs / 1e9,
+        cpu_secs / gib.max(1e-12),
+        si1 - si0,
+        smp.checked
+    );
+    if o.json {
+        println!("{line}");
+    } else {
+        eprintln!(
+            "zcrx-bench {}: {:.1} MiB in {secs:.2} s = {:.3} Gbit/s; receiver CPU {cpu_secs:.2} s ({:.2} s/GiB, softirq {:.2} s); verified {} bytes",
+            o.mode.name(),
+            total as f64 / (1 << 20) as f64,
+            total as f64 * 8.0 / secs / 1e9,
+            cpu_secs / gib.max(1e-12),
+            si1 - si0,
+            smp.checked
+        );
+    }
+    drop(s);
+}
+
+fn client(o: &Opts) {
+    if let Some(c) = o.cpu {
+        pin(c);
+    }
+    let host = o.host.clone().unwrap_or_default();
+    let addr: SocketAddr = format!("{}:{}", if host.contains(':') { format!("[{host}]") } else { host.clone() }, o.port)
+        .parse()
+        .unwrap_or_else(|e| die("address", e));
+    // The pattern is computed before connecting: no set-up in the timed window.
+    let pat = Pattern::new(SEED);
+    let t0 = Instant::now();
+    let mut s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if t0.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => die("connect", e),
+        }
+    };
+    let limit = o.bytes.unwrap_or(u64::MAX);
+    let until = o.secs.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let mut off = 0u64;
+    while off < limit && until.is_none_or(|u| Instant::now() < u) {
+        let n = ((limit - off) as usize).min(256 << 10);
+        s.write_all(pat.slice(off, n)).unwrap_or_else(|e| die("send", e));
+        off += n as u64;
+    }
+}
+
+fn main() {
+    let o = parse();
+    if o.server {
+        server(&o)
+    } else {
+        client(&o)
+    }
+}

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The in-tree io_uring zcrx, driven with raw syscalls (no liburing): one
+//! ring, one zcrx instance on one rx queue, one multishot `RECV_ZC`.
+//! The uAPI comes from the kernel's own header (`io_uring_sys.rs`, generated
+//! by scripts/gen-uapi.sh from the test kernel's installed headers).
+
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, non_snake_case, clippy::all)]
+mod sys {
+    include!("io_uring_sys.rs");
+}
+use sys::*;
+
+fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Map {
+    fn new(fd: RawFd, len: usize, off: u64) -> io::Result<Map> {
+        // SAFETY: mapping io_uring memory (fd >= 0) or anonymous memory (fd < 0).
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                if fd < 0 { libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE } else { libc::MAP_SHARED | libc::MAP_POPULATE },
+                fd,
+                off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Map { ptr: p.cast(), len })
+    }
+
+    fn at<T>(&self, off: u32) -> *mut T {
+        // SAFETY: offsets come from the kernel and are inside the mapping.
+        unsafe { self.ptr.add(off as usize).cast() }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn atomic(p: *mut u32) -> &'static AtomicU32 {
+    // SAFETY: ring indices are u32s in shared memory, valid while the ring is.
+    unsafe { &*(p as *const AtomicU32) }
+}
+
+/// An io_uring with a zcrx instance bound to one rx queue.
+pub struct ZcrxRing {
+    fd: RawFd,
+    _rings: Map,
+    sqes: Map,
+    sq_head: *mut u32,
+    sq_tail: *mut u32,
+    sq_mask: u32,
+    sq_array: *mut u32,
+    cq_head: *mut u32,
+    cq_tail: *mut u32,
+    cq_mask: u32,
+    cqes: *mut u8,
+    area: Map,
+    rq: Map,
+    rq_tail_ptr: *mut u32,
+    rqes: *mut io_uring_zcrx_rqe,
+    rq_mask: u32,
+    rq_tail: u32,
+    area_token: u64,
+    zcrx_id: u32,
+}
+
+/// One completion of the multishot receive.
+pub struct Completion {
+    /// Bytes (0: end of stream).
+    pub len: usize,
+    /// Offset of the data in the area.
+    pub off: u64,
+    /// The request continues (`IORING_CQE_F_MORE`).
+    pub more: bool,
+}
+
+impl ZcrxRing {
+    /// Sets up the ring and registers `area_len` bytes of area and a refill
+    /// ring of `rq_entries` on queue `rxq` of `ifindex`.
+    pub fn new(ifindex: u32, rxq: u32, area_len: usize, rq_entries: u32) -> io::Result<Self> {
+        let mut p = io_uring_params {
+            flags: IORING_SETUP_SINGLE_ISSUER
+                | IORING_SETUP_DEFER_TASKRUN
+                | IORING_SETUP_CQE32
+                | IORING_SETUP_SUBMIT_ALL
+                | IORING_SETUP_COOP_TASKRUN,
+            ..Default::default()
+        };
+        // SAFETY: io_uring_setup fills `p`.
+        let fd = cvt(unsafe { libc::syscall(libc::SYS_io_uring_setup, 64u32, &mut p as *mut io_uring_params) })? as RawFd;
+        if p.features & IORING_FEAT_SINGLE_MMAP == 0 {
+            return Err(io::Error::other("io_uring without IORING_FEAT_SINGLE_MMAP"));
+        }
+        let sq_len = p.sq_off.array as usize + p.sq_entries as usize * 4;
+        let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * 32;
+        let rings = Map::new(fd, sq_len.max(cq_len), IORING_OFF_SQ_RING as u64)?;
+        let sqes = Map::new(fd, p.sq_entries as usize * std::mem::size_of::<io_uring_sqe>(), IORING_OFF_SQES as u64)?;
+        let area = Map::new(-1, area_len, 0)?;
+        // The refill ring in our own memory (a user region).
+        let rq_len = (4096 + rq_entries as usize * std::mem::size_of::<io_uring_zcrx_rqe>()).next_multiple_of(4096);
+        let rq = Map::new(-1, rq_len, 0)?;
+        let mut region = io_uring_region_desc {
+            user_addr: rq.ptr as u64,
+            size: rq_len as u64,
+            flags: IORING_MEM_REGION_TYPE_USER,
+            ..Default::default()
+        };
+        let mut area_reg = io_uring_zcrx_area_reg { addr: area.ptr as u64, len: area_len as u64, ..Default::default() };
+        let mut reg = io_uring_zcrx_ifq_reg {
+            if_idx: ifindex,
+            if_rxq: rxq,
+            rq_entries,
+            area_ptr: &mut area_reg as *mut _ as u64,
+            region_ptr: &mut region as *mut _ as u64,
+            ..Default::default()
+        };
+        // SAFETY: registering our structures with our ring.
+        cvt(unsafe {
+            libc::syscall(libc::SYS_io_uring_register, fd, io_uring_register_op_IORING_REGISTER_ZCRX_IFQ, &mut reg as *mut _, 1)
+        })?;
+        let ring = ZcrxRing {
+            fd,
+            sq_head: rings.at(p.sq_off.head),
+            sq_tail: rings.at(p.sq_off.tail),
+            sq_mask: p.sq_entries - 1,
+            sq_array: rings.at(p.sq_off.array),
+            cq_head: rings.at(p.cq_off.head),
+            cq_tail: rings.at(p.cq_off.tail),
+            cq_mask: p.cq_entries - 1,
+            cqes: rings.at(p.cq_off.cqes),
+            _rings: rings,
+            sqes,
+            rq_tail_ptr: rq.at(reg.offsets.tail),
+            rqes: rq.at(reg.offsets.rqes),
+            rq_mask: reg.rq_entries - 1,
+            rq,
+            area,
+            rq_tail: 0,
+            area_token: area_reg.rq_area_token,
+            zcrx_id: reg.zcrx_id,
+        };
+        Ok(ring)
+    }
+
+    /// Queues a multishot `RECV_ZC` on socket `sock` and submits it.
+    pub fn recv_multishot(&mut self, sock: RawFd) -> io::Result<()> {
+        let tail = atomic(self.sq_tail).load(Ordering::Relaxed);
+        let idx = tail & self.sq_mask;
+        let sqe = self.sqes.at::<io_uring_sqe>(idx * std::mem::size_of::<io_uring_sqe>() as u32);
+        // SAFETY: the sqe slot is ours until the tail moves past it.
+        unsafe {
+            ptr::write_bytes(sqe, 0, 1);
+            (*sqe).opcode = io_uring_op_IORING_OP_RECV_ZC as u8;
+            (*sqe).fd = sock;
+            (*sqe).ioprio = IORING_RECV_MULTISHOT as u16;
+            (*sqe).__bindgen_anon_5.zcrx_ifq_idx = self.zcrx_id;
+            (*sqe).user_data = 2;
+            *self.sq_array.add(idx as usize) = idx;
+        }
+        atomic(self.sq_tail).store(tail.wrapping_add(1), Ordering::Release);
+        self.enter(1, 0)
+    }
+
+    fn enter(&self, submit: u32, wait: u32) -> io::Result<()> {
+        let flags = if wait > 0 { IORING_ENTER_GETEVENTS } else { 0 };
+        // SAFETY: plain io_uring_enter on our ring.
+        cvt(unsafe {
+            libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, ptr::null::<u8>(), 0usize)
+        })
+        .map(|_| ())
+    }
+
+    /// Waits for at least one completion and calls `f` for each.
+    pub fn complete(&mut self, mut f: impl FnMut(&Self, Completion)) -> io::Result<()> {
+        let _ = atomic(self.sq_head);
+        loop {
+            let head = atomic(self.cq_head).load(Ordering::Relaxed);
+            let tail = atomic(self.cq_tail).load(Ordering::Acquire);
+            if head != tail {
+                let mut h = head;
+                while h != tail {
+                    // SAFETY: CQE32 entries are 32 bytes, inside the ring.
+                    let cqe = unsafe { self.cqes.add(((h & self.cq_mask) * 32) as usize) };
+                    // SAFETY: as above; the zcrx CQE follows the plain one.
+                    let (res, flags, off) = unsafe {
+                        let c = &*(cqe as *const io_uring_cqe);
+                        (c.res, c.flags, (*(cqe.add(16) as *const io_uring_zcrx_cqe)).off)
+                    };
+                    if res < 0 {
+                        atomic(self.cq_head).store(h.wrapping_add(1), Ordering::Release);
+                        return Err(io::Error::from_raw_os_error(-res));
+                    }
+                    f(
+                        self,
+                        Completion {
+                            len: res as usize,
+                            off: off & !(IORING_ZCRX_AREA_MASK_VALUE),
+                            more: flags & IORING_CQE_F_MORE != 0,
+                        },
+                    );
+                    h = h.wrapping_add(1);
+                }
+                atomic(self.cq_head).store(h, Ordering::Release);
+                return Ok(());
+            }
+            self.enter(0, 1)?;
+        }
+    }
+
+    /// The bytes of a completion.
+    pub fn data(&self, c: &Completion) -> &[u8] {
+        // SAFETY: inside our area; the kernel does not write a buffer until
+        // we give it back.
+        unsafe { std::slice::from_raw_parts(self.area.ptr.add(c.off as usize), c.len) }
+    }
+
+    /// Gives a completion's buffer back through the refill ring.
+    pub fn refill(&mut self, c: &Completion) {
+        let idx = self.rq_tail & self.rq_mask;
+        // SAFETY: the entry is ours until the tail moves past it; the ring
+        // holds as many entries as the area has buffers.
+        unsafe {
+            *self.rqes.add(idx as usize) =
+                io_uring_zcrx_rqe { off: c.off | self.area_token, len: c.len as u32, __pad: 0 };
+        }
+        self.rq_tail = self.rq_tail.wrapping_add(1);
+        atomic(self.rq_tail_ptr).store(self.rq_tail, Ordering::Release);
+    }
+}
+
+/// `IORING_ZCRX_AREA_MASK`: the area id bits of an offset.
+const IORING_ZCRX_AREA_MASK_VALUE: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
+
+impl Drop for ZcrxRing {
+    fn drop(&mut self) {
+        // SAFETY: our fd; closing the ring unregisters the zcrx instance.
+        unsafe { libc::close(self.fd) };
+        let _ = &self.rq;
+    }
+}
