@@ -141,11 +141,38 @@ enum Stop {
     Fault,
 }
 
+/// What one receive call handed out, added to the binding's stats once at
+/// the end of the call rather than per record (those counters are shared
+/// with the refill path on the NAPI CPU).
+#[derive(Default)]
+struct Tally {
+    zc_bytes: u64,
+    zc_records: u64,
+    copy_bytes: u64,
+    copy_records: u64,
+}
+
 /// The state of one receive call while `tcp_read_sock` walks the queue.
 struct Walker<'a, S: RecordSink> {
     zcrx: &'a Zcrx,
     batch: RecordBatch<S>,
     stop: Option<Stop>,
+    tally: Tally,
+}
+
+impl<S: RecordSink> Drop for Walker<'_, S> {
+    fn drop(&mut self) {
+        let st = &self.zcrx.stats;
+        let t = &self.tally;
+        if t.zc_records != 0 {
+            st.zc_bytes.add(t.zc_bytes);
+            st.zc_records.add(t.zc_records);
+        }
+        if t.copy_records != 0 {
+            st.copy_bytes.add(t.copy_bytes);
+            st.copy_records.add(t.copy_records);
+        }
+    }
 }
 
 impl<S: RecordSink> Walker<'_, S> {
@@ -255,8 +282,8 @@ impl<S: RecordSink> Walker<'_, S> {
         self.zcrx.area().niovs().netmem(idx).pp_ref();
         self.zcrx.area().urefs().get(idx);
         self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE + boff) as u64, len: n as u32, flags: 0 });
-        self.zcrx.stats.zc_bytes.add(n as u64);
-        self.zcrx.stats.zc_records.add(1);
+        self.tally.zc_bytes += n as u64;
+        self.tally.zc_records += 1;
         Ok(n)
     }
 
@@ -282,8 +309,8 @@ impl<S: RecordSink> Walker<'_, S> {
             area.niovs().netmem(idx).pp_set_refs(1);
             area.urefs().get(idx);
             self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE) as u64, len: chunk as u32, flags: ZCRX_RS_REC_COPY });
-            self.zcrx.stats.copy_bytes.add(chunk as u64);
-            self.zcrx.stats.copy_records.add(1);
+            self.tally.copy_bytes += chunk as u64;
+            self.tally.copy_records += 1;
             done += chunk;
         }
         Ok(done)
@@ -313,7 +340,7 @@ pub(crate) fn recv<S: RecordSink>(
     cap: u32,
     nonblock: bool,
 ) -> Result<Received> {
-    let mut w = Walker { zcrx, batch: RecordBatch::new(sink, cap), stop: None };
+    let mut w = Walker { zcrx, batch: RecordBatch::new(sink, cap), stop: None, tally: Tally::default() };
     let mut lock = sock.lock();
     if lock.state() == TcpState::Listen {
         return Err(ENOTCONN);

@@ -12,14 +12,13 @@ use kernel::{
     sync::atomic::{ordering::Relaxed, Atomic}, //
 };
 
-/// Per-buffer user reference counts, plus their sum.
+/// Per-buffer user reference counts.
 ///
-/// # Invariants
-///
-/// `held` is the sum of all `refs`.
+/// There is deliberately no running total: the receive path (one CPU) and
+/// the refill path (the NAPI CPU) would both write it for every buffer, a
+/// cache line bouncing between them. [`UserRefs::held`] sums on demand.
 pub(crate) struct UserRefs {
     refs: KVVec<Atomic<u32>>,
-    held: Atomic<u64>,
 }
 
 impl UserRefs {
@@ -29,13 +28,12 @@ impl UserRefs {
         for _ in 0..n {
             refs.push(Atomic::new(0), GFP_KERNEL)?;
         }
-        Ok(Self { refs, held: Atomic::new(0) })
+        Ok(Self { refs })
     }
 
     /// The user now holds buffer `i` once more.
     pub(crate) fn get(&self, i: usize) {
         self.refs[i].add(1, Relaxed);
-        self.held.add(1, Relaxed);
     }
 
     /// The user gives buffer `i` back once. False (and nothing changes) if
@@ -52,7 +50,6 @@ impl UserRefs {
                 Err(cur) => old = cur,
             }
         }
-        self.held.fetch_sub(1, Relaxed);
         true
     }
 
@@ -63,9 +60,7 @@ impl UserRefs {
         if r.load(Relaxed) == 0 {
             return 0;
         }
-        let n = r.xchg(0, Relaxed);
-        self.held.fetch_sub(u64::from(n), Relaxed);
-        n
+        r.xchg(0, Relaxed)
     }
 
     /// Current count of buffer `i`.
@@ -73,11 +68,11 @@ impl UserRefs {
         self.refs[i].load(Relaxed)
     }
 
-    /// Buffers held by the user, counted with multiplicity.
+    /// Buffers held by the user, counted with multiplicity (a walk over
+    /// all counts: for stats and teardown, not for hot paths).
     pub(crate) fn held(&self) -> u64 {
-        self.held.load(Relaxed)
+        self.refs.iter().map(|r| u64::from(r.load(Relaxed))).sum()
     }
-
 }
 
 #[cfg(zcrx_kunit)]
