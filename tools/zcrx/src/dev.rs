@@ -229,17 +229,22 @@ impl Zcrx {
     /// Gives the buffers of `recs` back through the refill ring. Fails with
     /// `WouldBlock` (returning nothing) if the ring lacks room for all.
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
-        let offs: Vec<u64> = recs.iter().map(|r| r.off - r.off % page_size() as u64).collect();
-        self.refill_raw(&offs, 0)
+        let mask = !(page_size() as u64 - 1);
+        self.refill_iter(recs.len(), recs.iter().map(|r| r.off & mask), 0)
     }
 
     /// Puts raw entries on the refill ring (tests use bad ones on purpose).
     pub fn refill_raw(&mut self, offs: &[u64], pad: u32) -> io::Result<()> {
-        if self.refill_room() < offs.len() {
+        self.refill_iter(offs.len(), offs.iter().copied(), pad)
+    }
+
+    /// Puts the `n` offsets of `offs` on the refill ring, all or none.
+    fn refill_iter(&mut self, n: usize, offs: impl Iterator<Item = u64>, pad: u32) -> io::Result<()> {
+        if self.refill_room() < n {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        for &off in offs {
+        for off in offs.take(n) {
             // SAFETY: the entry is ours until `tail` moves past it.
             unsafe { ring.rqe(ring.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
             ring.tail = ring.tail.wrapping_add(1);
