@@ -9,7 +9,7 @@ TOP=$(cd "$(dirname "$0")/.." && pwd)
 . "$TOP/scripts/guest-lib.sh"
 OUT=${BENCH_OUT:?}
 ROUNDS=${BENCH_ROUNDS:-5}
-BYTES=${BENCH_BYTES:-268435456}
+BYTES=${BENCH_BYTES:-1073741824}
 MODES=${BENCH_MODES:-"copy trunc iouring-zcrx zcrx-rs"}
 BENCH=$TOP/tools/target/release/zcrx-bench
 
@@ -37,6 +37,31 @@ for r in $(seq "$ROUNDS"); do
 			/tmp/bench-run.json | tee -a "$OUT"
 	done
 done
+# With --profile: one more run of every mode with the receiver's CPU
+# sampled by perf (cpu-clock: TCG has no PMU); per mode, where the receive
+# path's time went (receiver thread and ksoftirqd/1, idle left out).
+if [ -n "${BENCH_PROFILE:-}" ]; then
+	echo 0 > /proc/sys/kernel/kptr_restrict
+	for m in $MODES; do
+		port=$((port + 1))
+		ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
+			--cpu 1 --json > /tmp/bench-run.json &
+		rx=$!
+		sleep 1
+		perf record -q -C 1 -e cpu-clock -F 4000 -o /tmp/perf.data -- \
+			ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0 2>/dev/null
+		wait $rx
+		f=$(dirname "$OUT")/profile-$m.txt
+		{
+			cat /tmp/bench-run.json
+			perf report -q -i /tmp/perf.data --stdio --no-children --sort comm -F overhead,sample,comm
+			echo
+			perf report -q -i /tmp/perf.data --stdio --no-children --comms zcrx-bench,ksoftirqd/1 \
+				--percentage relative --sort sym --percent-limit 0.8
+		} > "$f" 2>&1 || true
+		echo "profile of $m: $f" >&2
+	done
+fi
 nsim_down
-for _ in $(seq 40); do [ "$(cat /sys/module/zcrx_rs/refcnt)" = 0 ] && break; sleep 0.5; done
+wait_module_idle >&2
 rmmod zcrx_rs

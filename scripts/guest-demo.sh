@@ -53,7 +53,6 @@ echo "== teardown"
 nsim_down
 # The old page pool lets the module go once its last buffer is back
 # (the page pool retries every second).
-for i in $(seq 40); do [ "$(cat /sys/module/zcrx_rs/refcnt)" = 0 ] && break; sleep 0.5; done
-echo "zcrx_rs refcnt $(cat /sys/module/zcrx_rs/refcnt) (waited $(( (i - 1) / 2 )) s for page pools to let go)"
+wait_module_idle
 step rmmod zcrx_rs
 [ ! -e /sys/module/zcrx_rs ] && echo "zcrx_rs unloaded cleanly"

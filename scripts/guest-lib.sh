@@ -83,3 +83,27 @@ hds_stats() {
 stat_get() {
 	echo "$1" | tr ' ' '\n' | awk -v k="$2" 'f {print; exit} $0 == k {f = 1}'
 }
+
+# Raises NET_RX on every CPU with one loopback datagram each. skbs freed on
+# a CPU other than the one that allocated them wait on that CPU's
+# deferred-free list (skb_attempt_defer_free) until its next net_rx_action,
+# and with them the buffers they hold and the page pool that lends them; on
+# a quiet VM nothing else runs it.
+kick_softirqs() {
+	local c
+	for c in $(seq 0 $(($(nproc) - 1))); do
+		taskset -c "$c" bash -c 'echo kick > /dev/udp/127.0.0.1/9' 2>/dev/null || true
+	done
+}
+
+# Waits up to 20 s for zcrx_rs to have no users (page pools included; a
+# page pool retries its release every second). Prints how long it took.
+wait_module_idle() {
+	local i
+	for i in $(seq 40); do
+		[ "$(cat /sys/module/zcrx_rs/refcnt)" = 0 ] && break
+		[ $((i % 4)) = 0 ] && kick_softirqs
+		sleep 0.5
+	done
+	echo "zcrx_rs refcnt $(cat /sys/module/zcrx_rs/refcnt) (waited $(((i - 1) / 2)) s for page pools to let go)"
+}
