@@ -9,9 +9,12 @@ usage() {
 	cat <<USAGE
 usage: scripts/demo.sh [--flavour fast|debug]
 
-Boots the test VM and runs scripts/guest-demo.sh inside: load zcrx_rs, show
-/dev/zcrx and the module, unload it. Expects the kernel, module and tools to
-be built (make demo does that).
+Boots the test VM and runs scripts/guest-demo.sh inside: a netdevsim pair
+with header split on, zcrx_rs loaded, 128 MiB of random data sent over TCP
+and received zero-copy by tools/zcrx-nc; sha256sum of both ends, the
+zero-copy/copied byte counts and netdevsim's DMA counter; then teardown and
+rmmod. Expects the kernel, module and tools to be built (make demo does
+that).
 USAGE
 }
 flavour=fast

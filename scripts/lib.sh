@@ -18,6 +18,15 @@ LLVM_SUFFIX=-19
 EXTRA_SUITES="trixie-backports sid"
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+# The private, download-only apt configuration scripts/toolchain.sh writes:
+# apt_x runs apt-get with it (the system's apt sources are never used).
+APT_DIR=$ZCRX_CACHE/apt
+APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+	  -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache"
+	  -o Dir::Etc::Preferences=/dev/null -o "Dir::Etc::PreferencesParts=$APT_DIR/prefs.d"
+	  -o APT::Sandbox::User=root -q)
+apt_x() { apt-get "${APT_OPTS[@]}" "$@"; }
+
 msg()  { printf '==> %s\n' "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
 die()  { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -63,7 +63,6 @@ fi
 command -v udevadm >/dev/null || die "udev is not installed; vng cannot propagate exit codes"
 
 # --- 2. private apt configuration for download-only suites ----------------
-APT_DIR=$ZCRX_CACHE/apt
 mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial" "$APT_DIR/prefs.d"
 : > "$APT_DIR/sources.list.new"
 for s in $EXTRA_SUITES; do
@@ -72,11 +71,6 @@ for s in $EXTRA_SUITES; do
 done
 mv "$APT_DIR/sources.list.new" "$APT_DIR/sources.list"
 mv "$APT_DIR/prefs.d/zcrx-download-only.new" "$APT_DIR/prefs.d/zcrx-download-only"
-APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
-	  -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache"
-	  -o Dir::Etc::Preferences=/dev/null -o "Dir::Etc::PreferencesParts=$APT_DIR/prefs.d"
-	  -o APT::Sandbox::User=root -q)
-apt_x() { apt-get "${APT_OPTS[@]}" "$@"; }
 apt_lists_fresh() { [ -n "$(find "$APT_DIR/lists" -name '*_Packages' -mmin -1440 2>/dev/null | head -1)" ]; }
 apt_update_x() {
 	msg "updating the private download-only package lists ($EXTRA_SUITES)"
