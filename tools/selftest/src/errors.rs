@@ -133,7 +133,7 @@ fn fd(z: &Zcrx) -> RawFdRef {
 
 fn ioctl_bad_commands(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
-    let z = tryo!(Zcrx::open().map_err(|e| e.to_string()));
+    let mut z = tryo!(Zcrx::open().map_err(|e| e.to_string()));
     let mut buf = [0u8; 256];
     let p = buf.as_mut_ptr() as usize;
     // Right number, wrong size: a different command.

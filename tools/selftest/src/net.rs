@@ -287,6 +287,8 @@ pub struct Rx {
     pub copy_bytes: u64,
     pub records: u64,
     pub enobufs: u64,
+    /// Most refill entries that waited for room on the ring at once.
+    pub backlog_max: u64,
 }
 
 /// Receives `sock` to the end through `z`, checking every byte against
@@ -351,6 +353,7 @@ pub fn receive_from(
         }
         rx.records += got.records as u64;
         z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+        rx.backlog_max = rx.backlog_max.max(z.refill_backlog() as u64);
     }
 }
 

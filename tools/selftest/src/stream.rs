@@ -136,7 +136,12 @@ fn tiny_area_backpressure(env: &Env) -> Outcome {
     let pages = 16;
     let (rx, b, a, st) = tryo!(one_stream(&n, env.bytes(32 << 20), pages * zcrx::dev::page_size(), 0, 0, true, 7003, 3));
     let d = delta(b, a);
-    env.diag(&format!("area of {pages} buffers: {}; ENOBUFS {} times", report(&rx, &st, d, t0.elapsed().as_secs_f64()), rx.enobufs));
+    env.diag(&format!(
+        "area of {pages} buffers: {}; ENOBUFS {} times, refill backlog peak {}",
+        report(&rx, &st, d, t0.elapsed().as_secs_f64()),
+        rx.enobufs,
+        rx.backlog_max
+    ));
     if rx.zc_bytes + rx.copy_bytes != rx.bytes {
         return Fail("zero-copy + copied != received".into());
     }

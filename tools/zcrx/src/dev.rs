@@ -99,6 +99,8 @@ struct Ring {
     entries: u32,
     /// Our producer position (the kernel only reads `tail`).
     tail: u32,
+    /// Entries that did not fit yet (see [`Zcrx::refill`]), oldest first.
+    backlog: Vec<u64>,
 }
 
 impl Ring {
@@ -185,7 +187,7 @@ impl Zcrx {
         let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
         ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize)?;
         let map = Mapping::shared(self.fd.as_raw_fd(), b.mmap_len as usize)?;
-        self.ring = Some(Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0 });
+        self.ring = Some(Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0, backlog: Vec::new() });
         Ok(())
     }
 
@@ -197,7 +199,10 @@ impl Zcrx {
     /// Receives from TCP socket `sock` into `recs` (flags:
     /// `ZCRX_RS_RECV_DONTWAIT`). The bytes are in the area at each record's
     /// offset until the record is given back with [`Zcrx::refill`].
-    pub fn recv(&self, sock: RawFd, recs: &mut [Rec], flags: u32) -> io::Result<Received> {
+    ///
+    /// Refill entries still waiting in the backlog go onto the ring first.
+    pub fn recv(&mut self, sock: RawFd, recs: &mut [Rec], flags: u32) -> io::Result<Received> {
+        self.flush_backlog();
         let mut r = zcrx_rs_recv {
             sockfd: sock,
             flags,
@@ -226,11 +231,39 @@ impl Zcrx {
         })
     }
 
-    /// Gives the buffers of `recs` back through the refill ring. Fails with
-    /// `WouldBlock` (returning nothing) if the ring lacks room for all.
+    /// Gives the buffers of `recs` back through the refill ring, one entry
+    /// per record. A buffer handed out in several records (a packet split
+    /// across two receive calls) needs as many entries, so the entries can
+    /// outnumber the ring; what does not fit waits in a backlog and goes out,
+    /// oldest first, at the next `refill` or `recv` (by then the kernel has
+    /// taken entries off the ring: the page pool on the next packets, or the
+    /// receive call when it runs out of buffers).
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
         let mask = !(page_size() as u64 - 1);
-        self.refill_iter(recs.len(), recs.iter().map(|r| r.off & mask), 0)
+        let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
+        ring.backlog.extend(recs.iter().map(|r| r.off & mask));
+        self.flush_backlog();
+        Ok(())
+    }
+
+    /// Entries waiting to go onto the refill ring.
+    pub fn refill_backlog(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.backlog.len())
+    }
+
+    /// Moves as much of the backlog onto the ring as fits.
+    fn flush_backlog(&mut self) {
+        let room = self.refill_room();
+        let Some(ring) = self.ring.as_mut() else { return };
+        let n = room.min(ring.backlog.len());
+        if n == 0 {
+            return;
+        }
+        let backlog = std::mem::take(&mut ring.backlog);
+        let _ = self.refill_iter(n, backlog.iter().copied(), 0);
+        let ring = self.ring.as_mut().expect("checked above");
+        ring.backlog = backlog;
+        ring.backlog.drain(..n);
     }
 
     /// Puts raw entries on the refill ring (tests use bad ones on purpose).
