@@ -339,7 +339,7 @@ fn bind_with_xdp_attached(env: &Env) -> Outcome {
     if !std::path::Path::new(&obj).exists() {
         return Fail(format!("{obj} missing: run make iou-zcrx"));
     }
-    tryo!(crate::net::sh(&format!("ip -n {NS_A} link set dev {} xdpgeneric obj {obj} sec xdp.frags", n.a)));
+    tryo!(crate::net::run("ip", &["-n", NS_A, "link", "set", "dev", &n.a, "xdpgeneric", "obj", &obj, "sec", "xdp.frags"], ""));
     let a_idx = n.a_idx;
     let h = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
@@ -347,7 +347,7 @@ fn bind_with_xdp_attached(env: &Env) -> Outcome {
         expect_errno("BIND with XDP attached", z.bind(a_idx, 0, 64), libc::EEXIST)
     });
     tryo!(join(h));
-    tryo!(crate::net::sh(&format!("ip -n {NS_A} link set dev {} xdpgeneric off", n.a)));
+    tryo!(crate::net::run("ip", &["-n", NS_A, "link", "set", "dev", &n.a, "xdpgeneric", "off"], ""));
     // Now bind, and XDP is refused while bound.
     let a = n.a.clone();
     let obj2 = obj.clone();
@@ -355,7 +355,7 @@ fn bind_with_xdp_attached(env: &Env) -> Outcome {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
         z.bind(a_idx, 0, 64).map_err(|e| format!("BIND after XDP removed: {e}"))?;
-        match crate::net::sh(&format!("ip link set dev {a} xdpgeneric obj {obj2} sec xdp.frags")) {
+        match crate::net::run("ip", &["link", "set", "dev", &a, "xdpgeneric", "obj", &obj2, "sec", "xdp.frags"], "") {
             Ok(_) => Err("attaching XDP to a bound device succeeded".into()),
             Err(e) => Ok(e),
         }
