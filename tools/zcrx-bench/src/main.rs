@@ -124,6 +124,9 @@ fn parse() -> Opts {
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
             "--report" => {
                 let path = v();
+                // A report piped into head(1) ends quietly, like other tools.
+                // SAFETY: restoring the default action of a signal.
+                unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
                 match report::report(&path) {
                     Ok(()) => exit(0),
                     Err(e) => die("report", e),

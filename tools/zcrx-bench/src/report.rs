@@ -31,6 +31,13 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// `median (min-max)` of `v`, with `prec` decimals.
+fn spread(v: &[f64], prec: usize) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.prec$} ({lo:.prec$}-{hi:.prec$})", median(v.to_vec()))
+}
+
 const MODES: [&str; 4] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs"];
 
 /// Prints the table for the runs in `path` and writes `path.summary.json`.
@@ -39,15 +46,16 @@ pub fn report(path: &str) -> Result<(), String> {
     let runs: Vec<_> = text.lines().filter(|l| l.trim_start().starts_with('{')).map(fields).collect();
     let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
     let mut med: BTreeMap<&str, (f64, f64, f64, usize)> = BTreeMap::new();
-    println!("| mode | runs | throughput (Gbit/s, median) | receiver CPU per GiB (s, median) | zero-copy share |");
+    println!("| mode | runs | throughput (Gbit/s): median (min-max) | receiver CPU per GiB (s): median (min-max) | zero-copy share |");
     println!("|---|---|---|---|---|");
     for m in MODES {
         let rs: Vec<_> = runs.iter().filter(|r| r.get("mode").map(String::as_str) == Some(m)).collect();
         if rs.is_empty() {
             continue;
         }
-        let g = median(rs.iter().filter_map(|r| num(r, "gbps")).collect());
-        let c = median(rs.iter().filter_map(|r| num(r, "cpu_per_gib")).collect());
+        let gs: Vec<f64> = rs.iter().filter_map(|r| num(r, "gbps")).collect();
+        let cs: Vec<f64> = rs.iter().filter_map(|r| num(r, "cpu_per_gib")).collect();
+        let (g, c) = (median(gs.clone()), median(cs.clone()));
         // zcrx-rs knows per record what was copied; the io_uring zcrx CQEs
         // do not say, so its share comes from netdevsim's DMA counter.
         let zc = median(
@@ -64,7 +72,7 @@ pub fn report(path: &str) -> Result<(), String> {
         );
         med.insert(m, (g, c, zc, rs.len()));
         let share = if m == "trunc" { "- (discarded)".into() } else { format!("{:.1}%", zc * 100.0) };
-        println!("| {m} | {} | {g:.3} | {c:.3} | {share} |", rs.len());
+        println!("| {m} | {} | {} | {} | {share} |", rs.len(), spread(&gs, 3), spread(&cs, 3));
     }
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
@@ -108,6 +116,11 @@ mod tests {
         assert_eq!(f["mode"], "copy");
         assert_eq!(f["bytes"], "10");
         assert_eq!(f["gbps"], "1.5");
+    }
+
+    #[test]
+    fn spreads() {
+        assert_eq!(spread(&[2.0, 1.0, 4.0], 1), "2.0 (1.0-4.0)");
     }
 
     #[test]
