@@ -47,7 +47,7 @@ pub fn kick_softirqs() {
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     for cpu in 0..n {
         let _ = std::thread::spawn(move || {
-            crate::net::pin_to_cpu(cpu);
+            let _ = zcrx::sys::pin_to_cpu(cpu);
             if let Ok(s) = std::net::UdpSocket::bind("127.0.0.1:0") {
                 let _ = s.send_to(b"kick", "127.0.0.1:9");
             }

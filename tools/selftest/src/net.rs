@@ -150,14 +150,7 @@ impl Nsim {
         }
         run("ip", &["-b", "-"], &format!("netns add {NS_A}\nnetns add {NS_B}\nlink set {a} netns {NS_A}\nlink set {b} netns {NS_B}\n"))?;
         let ifindex = |ns: &'static str, d: String| -> Result<u32, String> {
-            join(in_netns(ns, move || {
-                let c = std::ffi::CString::new(d).map_err(|e| e.to_string())?;
-                // SAFETY: a valid C string.
-                match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-                    0 => Err(format!("if_nametoindex: {}", io::Error::last_os_error())),
-                    i => Ok(i),
-                }
-            }))
+            join(in_netns(ns, move || zcrx::sys::ifindex(&d).map_err(|e| format!("if_nametoindex({d}): {e}"))))
         };
         let (a_idx, b_idx) = (ifindex(NS_A, a.clone())?, ifindex(NS_B, b.clone())?);
         let fa = fs::File::open(format!("/run/netns/{NS_A}")).map_err(|e| e.to_string())?;
@@ -240,16 +233,6 @@ pub fn addr_a(v6: bool, port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
 }
 
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 /// Starts a sender in `nsb`: connects to `to` (retrying while the listener
 /// comes up), sends `bytes` of `pat` from stream offset 0, closes. Pinned
 /// to `cpu` (selects the tx queue, see [`Nsim::up`]).
@@ -266,7 +249,7 @@ pub fn sender_timeout(
     timeout: Duration,
 ) -> JoinHandle<Result<u64, String>> {
     in_netns(NS_B, move || {
-        pin_to_cpu(cpu);
+        let _ = zcrx::sys::pin_to_cpu(cpu);
         let t0 = Instant::now();
         let mut s = loop {
             match TcpStream::connect_timeout(&to, Duration::from_secs(5)) {

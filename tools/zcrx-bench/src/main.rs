@@ -141,17 +141,6 @@ fn parse() -> Opts {
     o
 }
 
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t; CPU_SET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            die("sched_setaffinity", io::Error::last_os_error());
-        }
-    }
-}
-
 /// CPU time charged to `cpu` in /proc/stat (user+nice+system+irq+softirq),
 /// and softirq alone, in seconds.
 fn cpu_stat(cpu: usize) -> (f64, f64) {
@@ -219,17 +208,12 @@ impl Sampler {
 
 fn ifindex(dev: &Option<String>) -> u32 {
     let Some(d) = dev else { die("--dev", "zero-copy modes need --dev and --queue") };
-    let c = std::ffi::CString::new(d.as_str()).unwrap_or_else(|e| die("--dev", e));
-    // SAFETY: a valid C string.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => die(&format!("no interface {d}"), io::Error::last_os_error()),
-        i => i,
-    }
+    zcrx::sys::ifindex(d).unwrap_or_else(|e| die(&format!("no interface {d}"), e))
 }
 
 fn server(o: &Opts) {
     let cpu = o.cpu.unwrap_or(1);
-    pin(cpu);
+    zcrx::sys::pin_to_cpu(cpu).unwrap_or_else(|e| die("sched_setaffinity", e));
     let mut zc = None;
     let mut ring = None;
     let area = 64usize << 20;
@@ -387,7 +371,7 @@ fn server(o: &Opts) {
 
 fn client(o: &Opts) {
     if let Some(c) = o.cpu {
-        pin(c);
+        zcrx::sys::pin_to_cpu(c).unwrap_or_else(|e| die("sched_setaffinity", e));
     }
     let host = o.host.clone().unwrap_or_default();
     let addr: SocketAddr = format!("{}:{}", if host.contains(':') { format!("[{host}]") } else { host.clone() }, o.port)

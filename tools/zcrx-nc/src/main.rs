@@ -81,14 +81,7 @@ fn die(what: &str, e: io::Error) -> ! {
 
 fn main() {
     let o = parse();
-    let ifindex = match std::ffi::CString::new(o.dev.clone()) {
-        // SAFETY: a valid C string.
-        Ok(c) => unsafe { libc::if_nametoindex(c.as_ptr()) },
-        Err(_) => 0,
-    };
-    if ifindex == 0 {
-        die(&format!("no interface {}", o.dev), io::Error::last_os_error());
-    }
+    let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
 
     // 1. The memory and the queue: bind before the connection exists, so
     //    that its first bytes already land in our buffers.

@@ -88,3 +88,27 @@ mod tests {
         assert_eq!(errno_name(9999), "E?");
     }
 }
+
+/// The index of network interface `name` (in the caller's namespace).
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        i => Ok(i),
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is empty, a valid value; CPU_SET stays
+    // inside it (it ignores CPUs beyond the set's size).
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        set
+    };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } as libc::c_long)
+        .map(|_| ())
+}
