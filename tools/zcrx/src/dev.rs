@@ -119,6 +119,36 @@ impl Ring {
         // SAFETY: `i < entries`; the kernel sized the mapping for them.
         unsafe { self.map.ptr.add(self.offsets.rqes as usize).cast::<zcrx_rs_rqe>().add(i) }
     }
+
+    /// Free entries.
+    fn room(&self) -> usize {
+        (self.entries - self.tail.wrapping_sub(self.head().load(Ordering::Acquire))) as usize
+    }
+
+    /// Writes one entry (the caller checked `room`); [`Ring::publish`]
+    /// makes the written entries visible to the kernel.
+    fn write(&mut self, off: u64, pad: u32) {
+        // SAFETY: the entry is ours until `tail` moves past it.
+        unsafe { self.rqe(self.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    fn publish(&self) {
+        self.tail_word().store(self.tail, Ordering::Release);
+    }
+
+    /// Moves as much of the backlog onto the ring as fits.
+    fn flush_backlog(&mut self) {
+        let n = self.room().min(self.backlog.len());
+        if n == 0 {
+            return;
+        }
+        for i in 0..n {
+            self.write(self.backlog[i], 0);
+        }
+        self.publish();
+        self.backlog.drain(..n);
+    }
 }
 
 /// An open `/dev/zcrx` context.
@@ -202,7 +232,9 @@ impl Zcrx {
     ///
     /// Refill entries still waiting in the backlog go onto the ring first.
     pub fn recv(&mut self, sock: RawFd, recs: &mut [Rec], flags: u32) -> io::Result<Received> {
-        self.flush_backlog();
+        if let Some(ring) = self.ring.as_mut() {
+            ring.flush_backlog();
+        }
         let mut r = zcrx_rs_recv {
             sockfd: sock,
             flags,
@@ -226,9 +258,7 @@ impl Zcrx {
 
     /// Room left in the refill ring.
     pub fn refill_room(&self) -> usize {
-        self.ring.as_ref().map_or(0, |r| {
-            (r.entries - r.tail.wrapping_sub(r.head().load(Ordering::Acquire))) as usize
-        })
+        self.ring.as_ref().map_or(0, Ring::room)
     }
 
     /// Gives the buffers of `recs` back through the refill ring, one entry
@@ -242,7 +272,7 @@ impl Zcrx {
         let mask = !(page_size() as u64 - 1);
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
         ring.backlog.extend(recs.iter().map(|r| r.off & mask));
-        self.flush_backlog();
+        ring.flush_backlog();
         Ok(())
     }
 
@@ -251,38 +281,17 @@ impl Zcrx {
         self.ring.as_ref().map_or(0, |r| r.backlog.len())
     }
 
-    /// Moves as much of the backlog onto the ring as fits.
-    fn flush_backlog(&mut self) {
-        let room = self.refill_room();
-        let Some(ring) = self.ring.as_mut() else { return };
-        let n = room.min(ring.backlog.len());
-        if n == 0 {
-            return;
-        }
-        let backlog = std::mem::take(&mut ring.backlog);
-        let _ = self.refill_iter(n, backlog.iter().copied(), 0);
-        let ring = self.ring.as_mut().expect("checked above");
-        ring.backlog = backlog;
-        ring.backlog.drain(..n);
-    }
-
-    /// Puts raw entries on the refill ring (tests use bad ones on purpose).
+    /// Puts raw entries on the refill ring, all or none (`WouldBlock`);
+    /// tests use bad ones on purpose.
     pub fn refill_raw(&mut self, offs: &[u64], pad: u32) -> io::Result<()> {
-        self.refill_iter(offs.len(), offs.iter().copied(), pad)
-    }
-
-    /// Puts the `n` offsets of `offs` on the refill ring, all or none.
-    fn refill_iter(&mut self, n: usize, offs: impl Iterator<Item = u64>, pad: u32) -> io::Result<()> {
-        if self.refill_room() < n {
+        if self.refill_room() < offs.len() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        for off in offs.take(n) {
-            // SAFETY: the entry is ours until `tail` moves past it.
-            unsafe { ring.rqe(ring.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
-            ring.tail = ring.tail.wrapping_add(1);
+        for &off in offs {
+            ring.write(off, pad);
         }
-        ring.tail_word().store(ring.tail, Ordering::Release);
+        ring.publish();
         Ok(())
     }
 }
