@@ -21,15 +21,22 @@ insmod "$B/zcrx-module/rust/zcrx_rs.ko"
 # receiving device's NAPI from a timer armed by the sender's transmit, on the
 # sender's CPU: the data path's softirq stays off the receiver's CPU.
 port=6000
+# One flow in mode $1: the receiver's JSON line lands in /tmp/bench-run.json.
+# Any further arguments wrap the sender's command (see perf_sender).
+one_run() {
+	local m=$1 rx
+	shift
+	port=$((port + 1))
+	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
+		--cpu 1 --json > /tmp/bench-run.json &
+	rx=$!
+	"$@" ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
+	wait $rx
+}
 for r in $(seq "$ROUNDS"); do
 	for m in $MODES; do
-		port=$((port + 1))
 		before=$(hds_stats 1 0)
-		ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
-			--cpu 1 --json > /tmp/bench-run.json &
-		rx=$!
-		ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
-		wait $rx
+		one_run "$m"
 		after=$(hds_stats 1 0)
 		dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
 		fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
@@ -42,15 +49,13 @@ done
 # path's time went (receiver thread and ksoftirqd/1, idle left out).
 if [ -n "${BENCH_PROFILE:-}" ]; then
 	echo 0 > /proc/sys/kernel/kptr_restrict
-	for m in $MODES; do
-		port=$((port + 1))
-		ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
-			--cpu 1 --json > /tmp/bench-run.json &
-		rx=$!
+	# The receiver's set-up (pinning, binding) stays out of the profile.
+	perf_sender() {
 		sleep 1
-		perf record -q -C 1 -e cpu-clock -F 4000 -o /tmp/perf.data -- \
-			ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0 2>/dev/null
-		wait $rx
+		perf record -q -C 1 -e cpu-clock -F 4000 -o /tmp/perf.data -- "$@" 2>/dev/null
+	}
+	for m in $MODES; do
+		one_run "$m" perf_sender
 		f=$(dirname "$OUT")/profile-$m.txt
 		{
 			cat /tmp/bench-run.json
