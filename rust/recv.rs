@@ -328,7 +328,7 @@ pub(crate) struct Received {
 /// Receives from `sock` into at most `cap` records written to `sink`.
 ///
 /// Like `recv()`: blocks until data arrives unless `nonblock` (then
-/// `EAGAIN`), honours `SO_RCVTIMEO` and signals, returns 0 bytes at end of
+/// `EAGAIN`), honours `SO_RCVLOWAT`, `SO_RCVTIMEO` and signals, returns 0 bytes at end of
 /// stream and the socket's error if it has one. `ENOBUFS` when data is
 /// there but no buffer is free to copy it into (return buffers through the
 /// refill ring and call again); `ENOTCONN` on a listening or unconnected
@@ -346,11 +346,21 @@ pub(crate) fn recv<S: RecordSink>(
         return Err(ENOTCONN);
     }
     let mut timeo = lock.rcvtimeo(nonblock);
+    let target = lock.rcvlowat();
     let mut drained = false;
     loop {
         let r = lock.read(&mut |skb: &SkBuff, off: u32, len: usize| w.on_skb(skb, off, len));
         if w.batch.delivered() > 0 {
-            break;
+            // Like recv(): wait for SO_RCVLOWAT bytes, unless waiting could
+            // not bring more (a stop, no time left, end of stream, an error
+            // to report next time). A signal ends the wait with the data.
+            if w.batch.delivered_bytes() >= target || w.stop.is_some() || timeo == 0 || !lock.may_get_more() {
+                break;
+            }
+            if lock.wait_data(&mut timeo).is_err() {
+                break;
+            }
+            continue;
         }
         r?;
         match w.stop {

@@ -113,11 +113,29 @@ impl LockedSock<'_> {
         u32::from(unsafe { (*self.sk()).sk_shutdown }) & bindings::RCV_SHUTDOWN != 0
     }
 
+    /// Whether more data may still arrive: no end of stream, no pending
+    /// error, not closed.
+    pub(crate) fn may_get_more(&self) -> bool {
+        // SAFETY: the sock is live and locked; `sk_err` is an int.
+        let err = unsafe { core::ptr::addr_of!((*self.sk()).sk_err).read_volatile() };
+        err == 0 && !self.done() && !self.rcv_shutdown() && self.state() != TcpState::Close
+    }
+
     /// Takes the pending socket error, if any (`sock_error`), as a negative errno.
     pub(crate) fn take_error(&self) -> Option<Error> {
         // SAFETY: the sock is live and locked.
         let e = unsafe { bindings::sock_error(self.sk()) };
         (e != 0).then(|| Error::from_errno(e))
+    }
+
+    /// Bytes a blocking receive waits for before it returns (`SO_RCVLOWAT`,
+    /// at least 1), like `sock_rcvlowat(sk, 0, INT_MAX)`.
+    pub(crate) fn rcvlowat(&self) -> u64 {
+        // SAFETY: the sock is live; `sk_rcvlowat` is an int that setsockopt
+        // writes with WRITE_ONCE, so a volatile read is the READ_ONCE the C
+        // code uses.
+        let v = unsafe { core::ptr::addr_of!((*self.sk()).sk_rcvlowat).read_volatile() };
+        u64::try_from(v).unwrap_or(0).max(1)
     }
 
     /// Receive timeout: 0 for non-blocking calls.

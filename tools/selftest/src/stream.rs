@@ -5,6 +5,7 @@
 //! checked against the pattern, zero-copy and copied bytes counted and
 //! cross-checked with netdevsim's header-split counters.
 
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("tiny_area_backpressure", tiny_area_backpressure),
     ("flow_on_unbound_queue_is_copied", flow_on_unbound_queue_is_copied),
     ("two_sockets_one_queue", two_sockets_one_queue),
+    ("rcvlowat_honoured", rcvlowat_honoured),
 ];
 
 /// One stream of `bytes` to receiver queue `rxq` from a sender on `cpu`;
@@ -262,6 +264,98 @@ fn two_sockets_one_queue(env: &Env) -> Outcome {
     env.diag(&format!("two streams of {} each byte-exact; {} of {} zero-copy", mib(bytes), mib(zc), mib(2 * bytes)));
     if off != [bytes, bytes] {
         return Fail(format!("received {off:?}"));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// A blocking receive call waits for SO_RCVLOWAT bytes, like recv(): with
+/// a 256 KiB mark every call but the last (cut short by the end of the
+/// stream) hands out at least that much, byte-exact. The sender pauses
+/// after 100 KiB, so a first call that did not wait would come back short.
+fn rcvlowat_honoured(env: &Env) -> Outcome {
+    const LOWAT: u64 = 256 << 10;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    // Not a multiple of the mark: the last call returns a short tail.
+    let bytes = env.bytes(8 << 20) + 1000;
+    let pat = Arc::new(Pattern::new(31));
+    let p2 = pat.clone();
+    let rx = with_receiver(n.a_idx, 0, 16 << 20, 7006, true, move |z, l| {
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let v = LOWAT as libc::c_int;
+        // SAFETY: setsockopt reads an int from a live local.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(format!("setsockopt(SO_RCVLOWAT): {}", std::io::Error::last_os_error()));
+        }
+        // The first 100 KiB are in the socket by now, and nothing more for a while.
+        std::thread::sleep(Duration::from_millis(100));
+        // Room for far more than the mark: only the mark decides.
+        let mut recs = vec![Rec::default(); 4096];
+        let (mut total, mut calls, mut short) = (0u64, 0u64, Vec::new());
+        loop {
+            let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv after {total} bytes: {e}"))?;
+            if got.bytes == 0 {
+                break;
+            }
+            calls += 1;
+            for r in &recs[..got.records] {
+                if let Some(bad) = p2.check(total, z.data(r)) {
+                    return Err(format!("payload mismatch at stream offset {bad}"));
+                }
+                total += u64::from(r.len);
+            }
+            if got.bytes < LOWAT {
+                short.push((total, got.bytes));
+            }
+            z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+        }
+        Ok((total, calls, short))
+    });
+    let to = addr_a(true, 7006);
+    let tx = net::in_netns(net::NS_B, move || {
+        let _ = zcrx::sys::pin_to_cpu(0);
+        let t0 = Instant::now();
+        let mut s = loop {
+            match std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
+                Ok(s) => break s,
+                Err(_) if t0.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(format!("connect {to}: {e}")),
+            }
+        };
+        s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let first = 100 << 10;
+        s.write_all(pat.slice(0, first)).map_err(|e| format!("send: {e}"))?;
+        std::thread::sleep(Duration::from_millis(400));
+        let mut off = first as u64;
+        while off < bytes {
+            let n = ((bytes - off) as usize).min(256 << 10);
+            s.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
+            off += n as u64;
+        }
+        Ok(off)
+    });
+    let sent = join(tx);
+    let (total, calls, short) = tryo!(join(rx));
+    tryo!(sent);
+    env.diag(&format!("{} in {calls} calls with SO_RCVLOWAT {} KiB; short calls {short:?}", mib(total), LOWAT >> 10));
+    if total != bytes {
+        return Fail(format!("received {total} of {bytes} bytes"));
+    }
+    // Only the call that ended at the end of the stream may be short.
+    if short.iter().any(|&(end, _)| end != bytes) {
+        return Fail(format!("calls returned less than SO_RCVLOWAT before the end: (end offset, bytes) {short:?}"));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
