@@ -8,24 +8,32 @@ set -euo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"] [--profile]
+usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
+                       [--mtu MTU] [--rcvlowat BYTES] [--profile]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
-receiver pinned to vCPU 1, the sender to vCPU 0; modes interleaved, N
-rounds (default 5) of BYTES (default 1 GiB: /proc/stat counts CPU time in
-10 ms ticks, a zero-copy GiB costs a few tens of them). Results:
-\$ZCRX_CACHE/build/fast/bench/results-DATE.jsonl (+ .summary.json). Under
-TCG absolute numbers mean little; compare the ratios of one run.
---profile: afterwards one run of each zero-copy mode under perf (all CPUs,
-cpu-clock sampling); reports per CPU and symbol next to the results.
+receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
+vCPU 0. Modes interleaved, N rounds (default 5) of BYTES (default 1 GiB).
+--mtu (default 4168): 4096 bytes of TCP payload per IPv6 segment, one
+buffer each (the io_uring zcrx numbers were taken at a 4K MTU).
+--rcvlowat (default 1 MiB): SO_RCVLOWAT for every mode. A wake-up spins on
+the socket lock while the NAPI thread that woke it still holds it, and TCG
+runs that section slowly: at 1 byte the spin is 40-70% of the receiver's
+time in every mode. Pass 0 to see it.
+Results: \$ZCRX_CACHE/build/fast/bench/results-DATE.jsonl (+ .summary.json).
+Under TCG absolute numbers mean little; compare the ratios of one run.
+--profile: afterwards one run of each mode with vCPU 1 sampled by perf
+(cpu-clock); the receiver's symbols next to the results.
 USAGE
 }
-profile= rounds=5 bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
+profile= rounds=5 rcvlowat=$((1 << 20)) mtu=4168 bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) rounds=$2; shift ;;
 	--bytes) bytes=$2; shift ;;
 	--modes) modes=$2; shift ;;
+	--rcvlowat) rcvlowat=$2; shift ;;
+	--mtu) mtu=$2; shift ;;
 	--profile) profile=1 ;;
 	-h|--help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -40,6 +48,7 @@ stage_begin bench
 rc=0
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 3600 --rwdir "$D" -- \
 	env BENCH_OUT="$out" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
+	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?
 stage_end
 echo

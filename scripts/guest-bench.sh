@@ -11,16 +11,36 @@ OUT=${BENCH_OUT:?}
 ROUNDS=${BENCH_ROUNDS:-5}
 BYTES=${BENCH_BYTES:-1073741824}
 MODES=${BENCH_MODES:-"copy trunc iouring-zcrx zcrx-rs"}
+RCVLOWAT=${BENCH_RCVLOWAT:-1048576}
 BENCH=$TOP/tools/target/release/zcrx-bench
 
+MTU=${BENCH_MTU:-4168}
+
 nsim_up 1
+ip -n nsa link set "$NSIM_A" mtu "$MTU"
+ip -n nsb link set "$NSIM_B" mtu "$MTU"
 hds_set nsa "$NSIM_A" on
+# Both devices poll in NAPI threads, and those threads run on CPU 0 only,
+# with the sender; the receiver has CPU 1 to itself. Without threads the
+# poll runs where netdevsim's timer was armed, and the receiver's ACKs arm
+# the peer's timer on CPU 1.
+ip netns exec nsa sh -c "echo 1 > /sys/class/net/$NSIM_A/threaded"
+ip netns exec nsb sh -c "echo 1 > /sys/class/net/$NSIM_B/threaded"
 insmod "$B/zcrx-module/rust/zcrx_rs.ko"
 : > "$OUT"
-# The receiver runs on CPU 1, the sender on CPU 0. netdevsim runs the
-# receiving device's NAPI from a timer armed by the sender's transmit, on the
-# sender's CPU: the data path's softirq stays off the receiver's CPU.
 port=6000
+# Binding a queue restarts it, and the restart starts a new NAPI thread on
+# any CPU: pin them all again once the receiver is listening.
+pin_napi_threads() {
+	local p i
+	for i in $(seq 200); do
+		ip netns exec nsa ss -Hltn "sport = :$port" | grep -q . && break
+		sleep 0.05
+	done
+	for p in $(pgrep '^napi/'); do
+		taskset -pc 0 "$p" > /dev/null || return 1
+	done
+}
 # One flow in mode $1: the receiver's JSON line lands in /tmp/bench-run.json.
 # Any further arguments wrap the sender's command (see perf_sender).
 one_run() {
@@ -28,8 +48,9 @@ one_run() {
 	shift
 	port=$((port + 1))
 	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
-		--cpu 1 --json > /tmp/bench-run.json &
+		--cpu 1 --rcvlowat "$RCVLOWAT" --json > /tmp/bench-run.json &
 	rx=$!
+	pin_napi_threads
 	"$@" ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
 	wait $rx
 }

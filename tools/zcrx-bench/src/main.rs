@@ -76,11 +76,12 @@ struct Opts {
     json: bool,
     bytes: Option<u64>,
     secs: Option<f64>,
+    rcvlowat: u32,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--json]\n\
+        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
          \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]\n\
          \x20      zcrx-bench --report RESULTS.jsonl"
     );
@@ -105,6 +106,7 @@ fn parse() -> Opts {
         json: false,
         bytes: None,
         secs: None,
+        rcvlowat: 0,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -120,6 +122,7 @@ fn parse() -> Opts {
             "-4" => o.v6 = false,
             "-6" => o.v6 = true,
             "--json" => o.json = true,
+            "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
             "--report" => {
@@ -233,6 +236,23 @@ fn server(o: &Opts) {
     let any: SocketAddr =
         if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
+    if o.rcvlowat > 0 {
+        // On the listener: the connection inherits it from its first byte.
+        let v = o.rcvlowat as libc::c_int;
+        // SAFETY: setsockopt reads an int from a live local.
+        let r = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            die("setsockopt(SO_RCVLOWAT)", io::Error::last_os_error());
+        }
+    }
     let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
     let mut smp = Sampler { pat: Pattern::new(SEED), checked: 0 };
     let ((c0, si0), k0, r0, t0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), Instant::now());
@@ -270,7 +290,7 @@ fn server(o: &Opts) {
         }
         Mode::ZcrxRs => {
             let z = zc.as_mut().expect("bound above");
-            let mut recs = vec![Rec::default(); 256];
+            let mut recs = vec![Rec::default(); 1024];
             loop {
                 calls += 1;
                 let got = match z.recv(s.as_raw_fd(), &mut recs, 0) {
@@ -346,12 +366,13 @@ fn server(o: &Opts) {
         "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
          \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
          \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\
-         \"verified_bytes\":{}}}",
+         \"verified_bytes\":{},\"rcvlowat\":{}}}",
         o.mode.name(),
         total as f64 * 8.0 / secs / 1e9,
         cpu_secs / gib.max(1e-12),
         si1 - si0,
-        smp.checked
+        smp.checked,
+        o.rcvlowat
     );
     if o.json {
         println!("{line}");
