@@ -83,8 +83,9 @@ impl NetIovArea {
     /// If `idx >= self.len()`; callers index with validated indices.
     pub(crate) fn netmem(&self, idx: usize) -> Netmem<'_> {
         let niov = self.niovs[idx].0.get();
-        // SAFETY: `niov` points to a live net_iov of this area.
-        Netmem::from_raw(unsafe { bindings::net_iov_to_netmem(niov) })
+        // `net_iov_to_netmem()`: the address tagged with NET_IOV (net_iovs
+        // are at least word aligned, so the bit is free).
+        Netmem::from_raw((niov as usize | bindings::NET_IOV as usize) as bindings::netmem_ref)
     }
 
     /// Index of `nm` in this area, if it is one of our net_iovs.
@@ -162,8 +163,8 @@ impl<'a> Netmem<'a> {
 
     /// Whether this is a net_iov (provider memory) rather than a page.
     pub(crate) fn is_net_iov(self) -> bool {
-        // SAFETY: only inspects the tag bit.
-        unsafe { bindings::netmem_is_net_iov(self.0) }
+        // `netmem_is_net_iov()`: the tag bit.
+        self.0 as usize & bindings::NET_IOV as usize != 0
     }
 
     /// Takes one more page-pool reference (`page_pool_ref_netmem`).

@@ -40,10 +40,11 @@ impl SkBuff {
         unsafe { (*self.as_raw()).len }
     }
 
-    /// Length of the linear part.
+    /// Length of the linear part (`skb_headlen`: `len - data_len`).
     pub(crate) fn headlen(&self) -> u32 {
-        // SAFETY: by the type invariant the skb is live.
-        unsafe { bindings::skb_headlen(self.as_raw()) }
+        // SAFETY: by the type invariant the skb is live and not modified.
+        let (len, data_len) = unsafe { ((*self.as_raw()).len, (*self.as_raw()).data_len) };
+        len - data_len
     }
 
     fn shinfo(&self) -> &bindings::skb_shared_info {
@@ -88,22 +89,26 @@ impl Frag {
         self.0.get()
     }
 
+    // The accessors read the fields as `skb_frag_size()`, `skb_frag_off()`
+    // and `skb_frag_netmem()` do: they run for every frag of every packet,
+    // a helper call each is not free.
+
     /// Length of the frag.
     pub(crate) fn size(&self) -> u32 {
-        // SAFETY: the frag belongs to a live skb.
-        unsafe { bindings::skb_frag_size(self.as_raw()) }
+        // SAFETY: the frag belongs to a live skb that nobody modifies.
+        unsafe { (*self.as_raw()).len }
     }
 
     /// Offset of the data in the buffer.
     pub(crate) fn off(&self) -> u32 {
-        // SAFETY: the frag belongs to a live skb.
-        unsafe { bindings::skb_frag_off(self.as_raw()) }
+        // SAFETY: as for `size`.
+        unsafe { (*self.as_raw()).offset }
     }
 
     /// The buffer holding the data.
     pub(crate) fn netmem(&self) -> Netmem<'_> {
-        // SAFETY: the frag belongs to a live skb, which holds the buffer.
-        Netmem::from_raw(unsafe { bindings::skb_frag_netmem(self.as_raw()) })
+        // SAFETY: as for `size`; the skb holds a reference to the buffer.
+        Netmem::from_raw(unsafe { (*self.as_raw()).netmem })
     }
 }
 
