@@ -271,8 +271,16 @@ impl Zcrx {
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
         let mask = !(page_size() as u64 - 1);
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        ring.backlog.extend(recs.iter().map(|r| r.off & mask));
         ring.flush_backlog();
+        // Oldest first: straight onto the ring only when nothing waits.
+        let direct = if ring.backlog.is_empty() { ring.room().min(recs.len()) } else { 0 };
+        for r in &recs[..direct] {
+            ring.write(r.off & mask, 0);
+        }
+        if direct > 0 {
+            ring.publish();
+        }
+        ring.backlog.extend(recs[direct..].iter().map(|r| r.off & mask));
         Ok(())
     }
 
