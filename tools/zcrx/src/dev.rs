@@ -101,6 +101,8 @@ struct Ring {
     tail: u32,
     /// Entries that did not fit yet (see [`Zcrx::refill`]), oldest first.
     backlog: Vec<u64>,
+    /// Clears the offset-within-buffer bits of an area offset.
+    page_mask: u64,
 }
 
 impl Ring {
@@ -217,7 +219,14 @@ impl Zcrx {
         let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
         ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize)?;
         let map = Mapping::shared(self.fd.as_raw_fd(), b.mmap_len as usize)?;
-        self.ring = Some(Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0, backlog: Vec::new() });
+        self.ring = Some(Ring {
+            map,
+            offsets: b.offsets,
+            entries: b.rq_entries,
+            tail: 0,
+            backlog: Vec::new(),
+            page_mask: !(page_size() as u64 - 1),
+        });
         Ok(())
     }
 
@@ -269,8 +278,8 @@ impl Zcrx {
     /// taken entries off the ring: the page pool on the next packets, or the
     /// receive call when it runs out of buffers).
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
-        let mask = !(page_size() as u64 - 1);
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mask = ring.page_mask;
         ring.flush_backlog();
         // Oldest first: straight onto the ring only when nothing waits.
         let direct = if ring.backlog.is_empty() { ring.room().min(recs.len()) } else { 0 };
