@@ -285,20 +285,7 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
     let p2 = pat.clone();
     let rx = with_receiver(n.a_idx, 0, 16 << 20, 7006, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
-        let v = LOWAT as libc::c_int;
-        // SAFETY: setsockopt reads an int from a live local.
-        let r = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(format!("setsockopt(SO_RCVLOWAT): {}", std::io::Error::last_os_error()));
-        }
+        zcrx::sys::set_rcvlowat(&s, LOWAT as u32).map_err(|e| format!("setsockopt(SO_RCVLOWAT): {e}"))?;
         // The first 100 KiB are in the socket by now, and nothing more for a while.
         std::thread::sleep(Duration::from_millis(100));
         // Room for far more than the mark: only the mark decides.

@@ -238,20 +238,7 @@ fn server(o: &Opts) {
     let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
     if o.rcvlowat > 0 {
         // On the listener: the connection inherits it from its first byte.
-        let v = o.rcvlowat as libc::c_int;
-        // SAFETY: setsockopt reads an int from a live local.
-        let r = unsafe {
-            libc::setsockopt(
-                l.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            die("setsockopt(SO_RCVLOWAT)", io::Error::last_os_error());
-        }
+        zcrx::sys::set_rcvlowat(&l, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
     }
     let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
     let mut smp = Sampler { pat: Pattern::new(SEED), checked: 0 };

@@ -112,3 +112,20 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } as libc::c_long)
         .map(|_| ())
 }
+
+/// Sets `SO_RCVLOWAT` on socket `fd`: blocking receives (recv(), RECV)
+/// wait for that many bytes. On a listener, connections inherit it.
+pub fn set_rcvlowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: setsockopt reads an int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    cvt(r.into()).map(|_| ())
+}
