@@ -250,19 +250,7 @@ pub fn sender_timeout(
 ) -> JoinHandle<Result<u64, String>> {
     in_netns(NS_B, move || {
         let _ = zcrx::sys::pin_to_cpu(cpu);
-        let t0 = Instant::now();
-        let mut s = loop {
-            match TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
-                Ok(s) => break s,
-                Err(e) if t0.elapsed() < Duration::from_secs(10) => {
-                    let _ = e;
-                    sleep(Duration::from_millis(50));
-                }
-                Err(e) => return Err(format!("connect {to}: {e}")),
-            }
-        };
-        // Fail in a minute, not after TCP's 15 minutes of retransmissions.
-        s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        let mut s = connect(to, timeout)?;
         let mut off = 0u64;
         while off < bytes {
             let n = ((bytes - off) as usize).min(256 << 10);
@@ -272,6 +260,22 @@ pub fn sender_timeout(
         drop(s);
         Ok(off)
     })
+}
+
+/// Connects to `to`, retrying for 10 s while the receiver sets up; writes
+/// give up after `timeout` without progress (not after TCP's 15 minutes of
+/// retransmissions).
+pub fn connect(to: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
+    let t0 = Instant::now();
+    let s = loop {
+        match TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
+            Ok(s) => break s,
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("connect {to}: {e}")),
+        }
+    };
+    s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    Ok(s)
 }
 
 /// What a receive loop saw.

@@ -313,15 +313,7 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
     let to = addr_a(true, 7006);
     let tx = net::in_netns(net::NS_B, move || {
         let _ = zcrx::sys::pin_to_cpu(0);
-        let t0 = Instant::now();
-        let mut s = loop {
-            match std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
-                Ok(s) => break s,
-                Err(_) if t0.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => return Err(format!("connect {to}: {e}")),
-            }
-        };
-        s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let mut s = net::connect(to, Duration::from_secs(60))?;
         let first = 100 << 10;
         s.write_all(pat.slice(0, first)).map_err(|e| format!("send: {e}"))?;
         std::thread::sleep(Duration::from_millis(400));
