@@ -353,11 +353,25 @@ pub(crate) fn recv<S: RecordSink>(
         if w.batch.delivered() > 0 {
             // Like recv(): wait for SO_RCVLOWAT bytes, unless waiting could
             // not bring more (a stop, no time left, end of stream, an error
-            // to report next time). A signal ends the wait with the data.
-            if w.batch.delivered_bytes() >= target || w.stop.is_some() || timeo == 0 || !lock.may_get_more() {
+            // to report next time) or the next byte is at the urgent mark
+            // (recv() stops there once it has read anything, so that the
+            // program can look: SIOCATMARK, MSG_OOB). A signal ends the
+            // wait with the data.
+            if w.batch.delivered_bytes() >= target
+                || w.stop.is_some()
+                || timeo == 0
+                || !lock.may_get_more()
+                || lock.at_urgent_mark()
+            {
                 break;
             }
-            if lock.wait_data(&mut timeo).is_err() {
+            let seen = lock.queue_tail();
+            if lock.wait_data(&mut timeo, seen).is_err() {
+                break;
+            }
+            // The wait released the lock: an urgent mark may have come
+            // right where we are. Do not read past it in this call.
+            if lock.at_urgent_mark() {
                 break;
             }
             continue;
@@ -382,7 +396,10 @@ pub(crate) fn recv<S: RecordSink>(
         if timeo == 0 {
             return Err(EAGAIN);
         }
-        lock.wait_data(&mut timeo)?;
+        // Nothing read, though data may be queued (an urgent mark whose
+        // byte has not arrived yet): sleep until more arrives.
+        let seen = lock.queue_tail();
+        lock.wait_data(&mut timeo, seen)?;
     }
     drop(lock);
     debug_assert!(w.batch.pending_bytes() == 0);

@@ -77,6 +77,11 @@ pub(crate) enum TcpState {
     Other,
 }
 
+/// The receive queue's last skb when it was looked at (or none): compared
+/// with the queue's tail by [`LockedSock::wait_data`], never dereferenced.
+#[derive(Clone, Copy)]
+pub(crate) struct QueueTail(*mut bindings::sk_buff);
+
 /// A locked TCP socket, unlocked (`release_sock`) on drop.
 pub(crate) struct LockedSock<'a> {
     sock: &'a TcpSocket,
@@ -85,9 +90,52 @@ pub(crate) struct LockedSock<'a> {
 /// What a read actor tells [`LockedSock::read`].
 pub(crate) type ActorResult = core::result::Result<usize, Error>;
 
+// `tcp_sk()` is a cast: the `struct sock` is the first member of `tcp_sock`.
+const _: () = assert!(core::mem::offset_of!(bindings::tcp_sock, inet_conn.icsk_inet.sk) == 0);
+
 impl LockedSock<'_> {
     fn sk(&self) -> *mut bindings::sock {
         self.sock.sk.as_ptr()
+    }
+
+    fn tp(&self) -> *mut bindings::tcp_sock {
+        // By the type invariant the sock is TCP's, so it is the first member
+        // of a `tcp_sock` (checked above).
+        self.sk().cast()
+    }
+
+    /// Whether the next byte to read is at the urgent mark: urgent data is
+    /// pending (announced or arrived) and the reader is at its sequence
+    /// number, as `SIOCATMARK` reports it. `tcp_read_sock()` stops there if
+    /// it read anything, and steps over the mark when a call starts at it.
+    pub(crate) fn at_urgent_mark(&self) -> bool {
+        let tp = self.tp();
+        // SAFETY: the sock is live and locked. The softirq side writes
+        // `urg_data` and `urg_seq` only under the socket lock (incoming
+        // segments wait in the backlog while we own it), and `copied_seq`
+        // is ours; volatile reads match the C side's READ_ONCE.
+        let (urg_data, urg_seq, copied_seq) = unsafe {
+            (
+                core::ptr::addr_of!((*tp).urg_data).read_volatile(),
+                core::ptr::addr_of!((*tp).urg_seq).read_volatile(),
+                core::ptr::addr_of!((*tp).copied_seq).read_volatile(),
+            )
+        };
+        urg_data != 0 && urg_seq == copied_seq
+    }
+
+    /// The last skb of the receive queue (`skb_peek_tail()`), as an opaque
+    /// token for [`LockedSock::wait_data`]: only compared, never followed.
+    pub(crate) fn queue_tail(&self) -> QueueTail {
+        // SAFETY: the sock is live and locked. `list` is the named view of
+        // the queue head's `next`/`prev` (a `struct_group`); reading `prev`
+        // volatile is skb_peek_tail()'s READ_ONCE.
+        let (head, prev) = unsafe {
+            let q = core::ptr::addr_of_mut!((*self.sk()).sk_receive_queue);
+            let prev = core::ptr::addr_of!((*q).__bindgen_anon_1.list.prev).read_volatile();
+            (q.cast::<bindings::sk_buff>(), prev)
+        };
+        QueueTail(if prev == head { core::ptr::null_mut() } else { prev })
     }
 
     /// Connection state.
@@ -144,12 +192,20 @@ impl LockedSock<'_> {
         unsafe { bindings::sock_rcvtimeo(self.sk(), nonblock) }
     }
 
-    /// Waits for data (releasing the lock while sleeping) for at most
-    /// `timeo` jiffies, updating it. Returns `Err` with the errno to report
-    /// when a signal interrupted the wait.
-    pub(crate) fn wait_data(&mut self, timeo: &mut isize) -> Result {
-        // SAFETY: the sock is live and locked, as sk_wait_data requires.
-        unsafe { bindings::sk_wait_data(self.sk(), timeo, core::ptr::null()) };
+    /// Waits (releasing the lock while sleeping) for at most `timeo`
+    /// jiffies, updating it, until the receive queue's tail is no longer
+    /// `seen` (taken with [`LockedSock::queue_tail`] after the last read:
+    /// new data arrived), or the socket has an error or end of stream.
+    /// Returns `Err` with the errno to report when a signal interrupted
+    /// the wait.
+    ///
+    /// Waiting on the tail rather than on an empty queue is what keeps a
+    /// reader that cannot consume the queued data from spinning: with a
+    /// NULL tail `sk_wait_data()` returns at once while anything is queued.
+    pub(crate) fn wait_data(&mut self, timeo: &mut isize, seen: QueueTail) -> Result {
+        // SAFETY: the sock is live and locked, as sk_wait_data requires;
+        // `seen` is only compared with the queue's tail, never dereferenced.
+        unsafe { bindings::sk_wait_data(self.sk(), timeo, seen.0) };
         // SAFETY: reading the current task's signal state is always safe.
         if unsafe { bindings::signal_pending(bindings::get_current()) } != 0 {
             // SAFETY: pure computation on the timeout.
