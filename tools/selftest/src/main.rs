@@ -24,7 +24,9 @@ mod errors;
 mod lifecycle;
 mod net;
 mod stream;
+mod signed;
 mod teardown;
+mod urgent;
 
 use std::path::PathBuf;
 use std::process::exit;
@@ -66,6 +68,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(lifecycle::TESTS);
     v.extend_from_slice(errors::TESTS);
     v.extend_from_slice(stream::TESTS);
+    v.extend_from_slice(urgent::TESTS);
+    v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(teardown::TESTS);
     v
 }

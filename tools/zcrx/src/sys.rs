@@ -129,3 +129,61 @@ pub fn set_rcvlowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
     };
     cvt(r.into()).map(|_| ())
 }
+
+/// Sets `SO_OOBINLINE` on socket `fd`: urgent bytes stay in the stream.
+pub fn set_oobinline(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
+    let v: libc::c_int = on.into();
+    // SAFETY: setsockopt reads an int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_OOBINLINE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    cvt(r.into()).map(|_| ())
+}
+
+/// `sockatmark()`: whether the next byte to read is at the urgent mark.
+pub fn at_mark(fd: &impl AsRawFd) -> io::Result<bool> {
+    let mut v: libc::c_int = 0;
+    // asm-generic/sockios.h (libc does not have it for Linux).
+    const SIOCATMARK: libc::c_ulong = 0x8905;
+    ioctl(fd, SIOCATMARK, &mut v as *mut libc::c_int as usize)?;
+    Ok(v != 0)
+}
+
+/// `recv(fd, &b, 1, MSG_OOB | MSG_DONTWAIT)`: the urgent byte, if the
+/// kernel holds one (`EINVAL`: no urgent data; `EAGAIN`: announced, not
+/// arrived yet).
+pub fn recv_oob(fd: &impl AsRawFd) -> io::Result<u8> {
+    let mut b = 0u8;
+    // SAFETY: recv writes at most one byte into a live local.
+    let r = unsafe {
+        libc::recv(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB | libc::MSG_DONTWAIT)
+    };
+    match cvt(r as libc::c_long)? {
+        1 => Ok(b),
+        _ => Err(io::Error::from_raw_os_error(libc::ENODATA)),
+    }
+}
+
+/// `send(fd, &b, 1, MSG_OOB)`: one urgent byte.
+pub fn send_oob(fd: &impl AsRawFd, b: u8) -> io::Result<()> {
+    // SAFETY: send reads one byte from a live local.
+    let r = unsafe { libc::send(fd.as_raw_fd(), (&b as *const u8).cast(), 1, libc::MSG_OOB | libc::MSG_NOSIGNAL) };
+    match cvt(r as libc::c_long)? {
+        1 => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+    }
+}
+
+/// CPU time the calling thread has used (user + system).
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes a timespec into a live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -1,0 +1,627 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Urgent data (`MSG_OOB`) from the peer, as a hostile sender would send
+//! it: urgent bytes at random offsets of a stream, some back to back,
+//! towards every receiver a provider-bound queue can have — zcrx-rs on the
+//! zero-copy path, zcrx-rs on the copy path (with and without
+//! `SO_OOBINLINE`) and the kernel tree's io_uring zcrx receiver.
+//!
+//! Before the kernel fix (`tcp: do not BUG() on an urgent byte in
+//! unreadable memory`) the first urgent byte that landed in a provider's
+//! buffer panicked the receiving kernel in `tcp_urg()`.
+//!
+//! What the tests hold the kernel and RECV to (Documentation/zcrx-rs.rst,
+//! "Urgent data"):
+//! - an urgent byte the NIC wrote into a provider's memory cannot be read
+//!   by the kernel, so it stays in the stream as in-line data: every byte
+//!   arrives, in order, and no mark is left (`recv(MSG_OOB)` says
+//!   `EINVAL`);
+//! - an urgent byte in readable memory keeps recv()'s semantics: RECV stops
+//!   at the mark once it has described anything, `recv(MSG_OOB)` returns
+//!   the byte there, and the next RECV steps over it (it is not stream
+//!   data) — or, with `SO_OOBINLINE`, describes it as data;
+//! - no receiver spins: each one's CPU time is bounded.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::sys::{at_mark, recv_oob, send_oob, set_oobinline, thread_cpu_time};
+use zcrx::uapi::ZCRX_RS_REC_COPY;
+use zcrx::{Pattern, Rec, Zcrx};
+
+use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::net::{self, addr_a, join, with_receiver, HdsStats, Nsim};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("urgent_zero_copy_inline", urgent_zero_copy_inline),
+    ("urgent_copy_path", urgent_copy_path),
+    ("urgent_copy_path_oobinline", urgent_copy_path_oobinline),
+    ("urgent_iouring_zcrx", urgent_iouring_zcrx),
+];
+
+/// What a receiver may spend on CPU for one test stream (at most 16 MiB,
+/// received in a few hundred ms of CPU on either kernel): generous, so
+/// that only a receiver spinning at an urgent mark goes over it.
+const CPU_BOUND: Duration = Duration::from_secs(20);
+
+/// A byte stream the sender can produce.
+#[derive(Clone)]
+enum Source {
+    /// [`Pattern`]: checked by our receivers.
+    Pat(Arc<Pattern>),
+    /// `'a' + offset % 26`: what the tree's iou-zcrx checks against.
+    Alpha,
+}
+
+impl Source {
+    fn byte(&self, off: u64) -> u8 {
+        match self {
+            Source::Pat(p) => p.slice(off, 1)[0],
+            Source::Alpha => b'a' + (off % 26) as u8,
+        }
+    }
+
+    fn fill(&self, off: u64, buf: &mut [u8]) {
+        match self {
+            Source::Pat(p) => p.fill(off, buf),
+            Source::Alpha => buf.iter_mut().enumerate().for_each(|(i, b)| *b = self.byte(off + i as u64)),
+        }
+    }
+}
+
+/// Which bytes of a stream of `bytes` the sender sends with `MSG_OOB`.
+struct Plan {
+    bytes: u64,
+    /// Sorted stream offsets.
+    oob: Vec<u64>,
+}
+
+fn splitmix(z: &mut u64) -> u64 {
+    *z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut x = *z;
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl Plan {
+    /// Six urgent bytes at random offsets, a pair and a triple back to
+    /// back, none in the first or last 4 KiB. Each run of urgent bytes is
+    /// chosen so that its bytes and the byte after it differ pairwise
+    /// (also one apart): a receiver then tells without doubt whether an
+    /// urgent byte stayed in-line or was taken out.
+    fn new(bytes: u64, seed: u64, src: &Source) -> Plan {
+        let mut z = seed;
+        let mut oob: Vec<u64> = Vec::new();
+        for run in [1, 1, 1, 1, 1, 1, 2, 3] {
+            loop {
+                let o = 4096 + splitmix(&mut z) % (bytes - 8192);
+                let clash = oob.iter().any(|&x| x + 8 > o && o + 8 > x);
+                let w: Vec<u8> = (0..run + 2).map(|i| src.byte(o + i)).collect();
+                let distinct = (0..w.len()).all(|i| (i + 1..w.len().min(i + 3)).all(|j| w[i] != w[j]));
+                if !clash && distinct {
+                    oob.extend(o..o + run);
+                    break;
+                }
+            }
+        }
+        oob.sort_unstable();
+        Plan { bytes, oob }
+    }
+}
+
+/// Sends `plan.bytes` of `src` to `to` from `nsb`: 64 KiB writes, each
+/// urgent byte on its own with `send(MSG_OOB)`. Returns the bytes sent.
+fn oob_sender(to: std::net::SocketAddr, plan: Arc<Plan>, src: Source, cpu: usize) -> JoinHandle<Result<u64, String>> {
+    net::in_netns(net::NS_B, move || {
+        let _ = zcrx::sys::pin_to_cpu(cpu);
+        let mut s = net::connect(to, Duration::from_secs(60))?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut off = 0u64;
+        for &o in plan.oob.iter().chain(std::iter::once(&plan.bytes)) {
+            while off < o {
+                let n = ((o - off) as usize).min(buf.len());
+                src.fill(off, &mut buf[..n]);
+                std::io::Write::write_all(&mut s, &buf[..n]).map_err(|e| format!("send at {off}: {e}"))?;
+                off += n as u64;
+            }
+            if o < plan.bytes {
+                send_oob(&s, src.byte(o)).map_err(|e| format!("send(MSG_OOB) at {o}: {e}"))?;
+                off += 1;
+            }
+        }
+        Ok(off)
+    })
+}
+
+/// Checks a received stream against what was sent: every byte in order,
+/// except urgent bytes, each of which is either in-line or taken out of
+/// the stream (and then maybe read with `MSG_OOB`).
+struct Expect {
+    pat: Arc<Pattern>,
+    plan: Arc<Plan>,
+    /// Next stream offset expected.
+    pos: u64,
+    /// Index in `plan.oob` of the next urgent byte not passed yet.
+    next: usize,
+    /// Urgent bytes that came in-line.
+    inline: Vec<u64>,
+    /// Urgent bytes missing from the stream.
+    removed: Vec<u64>,
+    /// Urgent bytes read with `MSG_OOB`.
+    oob_read: Vec<u64>,
+    /// Bytes received.
+    received: u64,
+}
+
+impl Expect {
+    fn new(pat: Arc<Pattern>, plan: Arc<Plan>) -> Self {
+        Expect { pat, plan, pos: 0, next: 0, inline: Vec::new(), removed: Vec::new(), oob_read: Vec::new(), received: 0 }
+    }
+
+    fn byte(&self, off: u64) -> u8 {
+        self.pat.slice(off, 1)[0]
+    }
+
+    fn feed(&mut self, mut data: &[u8]) -> Result<(), String> {
+        while !data.is_empty() {
+            let urgent = self.plan.oob.get(self.next).copied().unwrap_or(u64::MAX);
+            if self.pos < urgent {
+                let n = (data.len() as u64).min(urgent - self.pos) as usize;
+                if let Some(bad) = self.pat.check(self.pos, &data[..n]) {
+                    return Err(format!(
+                        "payload mismatch at stream offset {bad} (received byte {}; urgent bytes in-line {:?}, \
+                         taken out {:?})",
+                        self.received + (bad - self.pos),
+                        self.inline,
+                        self.removed
+                    ));
+                }
+                self.pos += n as u64;
+                self.received += n as u64;
+                data = &data[n..];
+            } else {
+                if data[0] == self.byte(urgent) {
+                    self.inline.push(urgent);
+                    self.received += 1;
+                    data = &data[1..];
+                } else {
+                    self.removed.push(urgent);
+                }
+                self.pos += 1;
+                self.next += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `recv(MSG_OOB)` returned `b` with the reader at the mark: the next
+    /// byte of the stream must be an urgent byte of that value.
+    fn oob(&mut self, b: u8) -> Result<(), String> {
+        match self.plan.oob.get(self.next) {
+            Some(&o) if o == self.pos && self.byte(o) == b => {
+                self.oob_read.push(o);
+                Ok(())
+            }
+            _ => Err(format!(
+                "recv(MSG_OOB) gave {b:#04x} at stream offset {}, which is not an urgent byte of that value",
+                self.pos
+            )),
+        }
+    }
+
+    /// End of stream: urgent bytes at the very end can only have been taken out.
+    fn finish(&mut self) -> Result<(), String> {
+        while let Some(&o) = self.plan.oob.get(self.next) {
+            if o != self.pos {
+                break;
+            }
+            self.removed.push(o);
+            self.pos += 1;
+            self.next += 1;
+        }
+        if self.pos != self.plan.bytes {
+            return Err(format!("stream ended at offset {} of {}", self.pos, self.plan.bytes));
+        }
+        if let Some(o) = self.oob_read.iter().find(|o| !self.removed.contains(o)) {
+            return Err(format!("urgent byte at {o} was read with MSG_OOB and also in-line"));
+        }
+        Ok(())
+    }
+}
+
+/// What an urgent-data receive loop saw.
+#[derive(Default)]
+struct UrgRx {
+    zc_bytes: u64,
+    copy_bytes: u64,
+    calls: u64,
+    /// Calls after which the socket was at the urgent mark.
+    at_mark: u64,
+    cpu: Duration,
+    /// `recv(MSG_OOB)` at the end: the errno (0: it returned a byte).
+    final_oob_errno: i32,
+}
+
+/// Receives `s` to the end through `z`, checking it with `exp`. After each
+/// call, if the socket is at the urgent mark and `read_oob`, reads the
+/// urgent byte with `MSG_OOB` (waiting for it with `POLLPRI` while it is
+/// announced but not there yet).
+fn receive_urgent(
+    z: &mut Zcrx,
+    s: &std::net::TcpStream,
+    exp: &mut Expect,
+    read_oob: bool,
+) -> Result<UrgRx, String> {
+    let mut recs = vec![Rec::default(); 128];
+    let mut rx = UrgRx::default();
+    let cpu0 = thread_cpu_time();
+    let t0 = Instant::now();
+    loop {
+        // Not a performance deadline: a receiver stuck for good.
+        if t0.elapsed() > Duration::from_secs(300) {
+            return Err(format!("receive stuck after {} bytes", exp.received));
+        }
+        let got = match z.recv(s.as_raw_fd(), &mut recs, 0) {
+            Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(format!("recv after {} bytes: {e}", exp.received)),
+        };
+        rx.calls += 1;
+        if got.bytes == 0 {
+            break;
+        }
+        for r in &recs[..got.records] {
+            exp.feed(z.data(r))?;
+            if r.flags & ZCRX_RS_REC_COPY != 0 {
+                rx.copy_bytes += u64::from(r.len);
+            } else {
+                rx.zc_bytes += u64::from(r.len);
+            }
+        }
+        z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+        if !at_mark(s).map_err(|e| format!("SIOCATMARK: {e}"))? {
+            continue;
+        }
+        rx.at_mark += 1;
+        while read_oob {
+            match recv_oob(s) {
+                Ok(b) => {
+                    exp.oob(b)?;
+                    break;
+                }
+                // Announced, not arrived: wait while we are at the mark
+                // (an unreadable byte never comes out of band: the mark
+                // goes when it arrives).
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut p, 1, 100) };
+                    if !at_mark(s).map_err(|e| format!("SIOCATMARK: {e}"))? {
+                        break;
+                    }
+                }
+                // No urgent data (left in-line, or superseded by a newer mark).
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+                Err(e) => return Err(format!("recv(MSG_OOB) at stream offset {}: {e}", exp.pos)),
+            }
+        }
+    }
+    rx.cpu = thread_cpu_time() - cpu0;
+    rx.final_oob_errno = match recv_oob(s) {
+        Ok(_) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    };
+    exp.finish()?;
+    Ok(rx)
+}
+
+/// One stream with urgent bytes into a zcrx-rs receiver bound to queue 0:
+/// `steer` sends the flow to the unbound queue 1 (the copy path).
+fn urgent_stream(
+    env: &Env,
+    steer: bool,
+    oobinline: bool,
+    port: u16,
+    seed: u64,
+) -> Result<(Expect, UrgRx, HdsStats, Nsim), String> {
+    ensure_loaded(env)?;
+    let n = if steer { Nsim::up_steered(2, Some(1))? } else { Nsim::up(1)? };
+    n.hds(true)?;
+    let pat = Arc::new(Pattern::new(seed));
+    let plan = Arc::new(Plan::new(env.bytes(16 << 20), seed, &Source::Pat(pat.clone())));
+    let q = if steer { 1 } else { 0 };
+    let before = n.stats(1, q)?;
+    let (p2, plan2) = (pat.clone(), plan.clone());
+    let rx = with_receiver(n.a_idx, 0, 8 << 20, port, true, move |z, l| {
+        set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut exp = Expect::new(p2, plan2);
+        let rx = receive_urgent(z, &s, &mut exp, !oobinline)?;
+        Ok((exp, rx))
+    });
+    let tx = oob_sender(addr_a(true, port), plan.clone(), Source::Pat(pat), if steer { 1 } else { 0 });
+    let sent = join(tx);
+    let (exp, rx) = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    let sent = sent.map_err(|e| format!("sender: {e}"))?;
+    if sent != plan.bytes {
+        return Err(format!("sent {sent} of {} bytes", plan.bytes));
+    }
+    let after = n.stats(1, q)?;
+    let d = HdsStats {
+        dma_packets: after.dma_packets - before.dma_packets,
+        dma_bytes: after.dma_bytes - before.dma_bytes,
+        fallback_packets: after.fallback_packets - before.fallback_packets,
+        fallback_bytes: after.fallback_bytes - before.fallback_bytes,
+    };
+    if rx.cpu > CPU_BOUND {
+        return Err(format!("receiver used {:?} of CPU for {} (spinning?)", rx.cpu, mib(plan.bytes)));
+    }
+    Ok((exp, rx, d, n))
+}
+
+fn describe(exp: &Expect, rx: &UrgRx, d: &HdsStats) -> String {
+    format!(
+        "{} with {} urgent bytes at {:?}: {} received byte-exact, zero-copy {} copied {}; urgent bytes in-line {}, \
+         taken out {} (read with MSG_OOB {}); {} calls, {} at the mark; receiver CPU {:.2} s; \
+         netdevsim DMA'd {} in {} pkts, {} unsplit; MSG_OOB at the end: {}",
+        mib(exp.plan.bytes),
+        exp.plan.oob.len(),
+        exp.plan.oob,
+        exp.received,
+        mib(rx.zc_bytes),
+        mib(rx.copy_bytes),
+        exp.inline.len(),
+        exp.removed.len(),
+        exp.oob_read.len(),
+        rx.calls,
+        rx.at_mark,
+        rx.cpu.as_secs_f64(),
+        mib(d.dma_bytes),
+        d.dma_packets,
+        d.fallback_packets,
+        zcrx::sys::errno_name(rx.final_oob_errno)
+    )
+}
+
+/// (a) Zero-copy: the urgent bytes land in the area, unreadable to the
+/// kernel; they arrive in-line, every byte in order, and leave no mark.
+fn urgent_zero_copy_inline(env: &Env) -> Outcome {
+    let (exp, rx, d, n) = tryo!(urgent_stream(env, false, false, 7101, 101));
+    env.diag(&describe(&exp, &rx, &d));
+    if rx.zc_bytes == 0 || d.dma_bytes < rx.zc_bytes {
+        return Fail(format!("zero-copy {} bytes, netdevsim DMA'd {}: not the zero-copy path", rx.zc_bytes, d.dma_bytes));
+    }
+    if d.fallback_packets == 0 {
+        // Every urgent byte was in a provider's buffer.
+        if !exp.removed.is_empty() || exp.inline.len() != exp.plan.oob.len() {
+            return Fail(format!("urgent bytes taken out of the stream: {:?}", exp.removed));
+        }
+        if rx.final_oob_errno != libc::EINVAL {
+            return Fail(format!(
+                "recv(MSG_OOB) after the stream: {}, expected EINVAL (no urgent data kept)",
+                zcrx::sys::errno_name(rx.final_oob_errno)
+            ));
+        }
+    } else {
+        env.diag("netdevsim delivered packets unsplit (pool dry): urgent bytes there were readable, not checked in-line");
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// (b) Copy path (flow on an unbound queue): recv() semantics, checked
+/// twice. First with a stream of urgent bytes at random offsets: what
+/// arrives in-line is the stream with urgent bytes taken out, each byte
+/// read with MSG_OOB at the mark is an urgent byte of the stream, and the
+/// last urgent byte is always taken out (Linux keeps only the newest mark:
+/// an older one the sender superseded before the reader got there stays
+/// in-line). Whether the reader sees a given mark depends on timing: a
+/// call that starts at the mark steps over it, as recv() does. Then
+/// exactly, with everything in the socket before the first call (see
+/// [`at_the_mark`]).
+fn urgent_copy_path(env: &Env) -> Outcome {
+    let (exp, rx, d, n) = tryo!(urgent_stream(env, true, false, 7102, 102));
+    env.diag(&describe(&exp, &rx, &d));
+    if rx.zc_bytes != 0 {
+        return Fail(format!("{} bytes zero-copy from a flow on the unbound queue", rx.zc_bytes));
+    }
+    let last = *exp.plan.oob.last().unwrap();
+    if !exp.removed.contains(&last) {
+        return Fail(format!("the last urgent byte ({last}) was not taken out of the stream"));
+    }
+    env.diag(&tryo!(at_the_mark(&n, false, 7105)));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// (b) Copy path with SO_OOBINLINE: urgent bytes are stream data, every
+/// byte arrives; RECV still stops at the mark as recv() does.
+fn urgent_copy_path_oobinline(env: &Env) -> Outcome {
+    let (exp, rx, d, n) = tryo!(urgent_stream(env, true, true, 7103, 103));
+    env.diag(&describe(&exp, &rx, &d));
+    if !exp.removed.is_empty() {
+        return Fail(format!("urgent bytes missing with SO_OOBINLINE: {:?}", exp.removed));
+    }
+    if rx.final_oob_errno != libc::EINVAL {
+        return Fail(format!(
+            "recv(MSG_OOB) with SO_OOBINLINE: {}, expected EINVAL",
+            zcrx::sys::errno_name(rx.final_oob_errno)
+        ));
+    }
+    env.diag(&tryo!(at_the_mark(&n, true, 7106)));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// The mark, exactly: the sender writes 40000 bytes, one urgent byte and
+/// 20000 more, and the receiver starts only once all of it up to the
+/// urgent byte is in the socket (POLLPRI and SIOCINQ say so). The first
+/// RECV then describes exactly the 40000 bytes before the mark and stops
+/// there; SIOCATMARK is true; without SO_OOBINLINE recv(MSG_OOB) returns
+/// the urgent byte and the rest of the stream comes without it, with it
+/// the byte is the first of the rest. Afterwards no urgent data is left.
+fn at_the_mark(n: &Nsim, oobinline: bool, port: u16) -> Result<String, String> {
+    const BEFORE: u64 = 40000;
+    const AFTER: u64 = 20000;
+    let pat = Arc::new(Pattern::new(u64::from(port)));
+    let p2 = pat.clone();
+    let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
+        set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let t0 = Instant::now();
+        loop {
+            let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 100) };
+            let mut inq: libc::c_int = 0;
+            zcrx::sys::ioctl(&s, libc::FIONREAD as libc::c_ulong, &mut inq as *mut libc::c_int as usize)
+                .map_err(|e| format!("SIOCINQ: {e}"))?;
+            if p.revents & libc::POLLPRI != 0 && inq as u64 >= BEFORE {
+                break;
+            }
+            // Not a performance deadline: data that never comes.
+            if t0.elapsed() > Duration::from_secs(60) {
+                return Err(format!("urgent byte not in the socket after 60 s ({inq} bytes queued)"));
+            }
+        }
+        let mut recs = vec![Rec::default(); 128];
+        let mut data = Vec::new();
+        let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv: {e}"))?;
+        for r in &recs[..got.records] {
+            data.extend_from_slice(z.data(r));
+        }
+        z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+        if got.bytes != BEFORE || p2.check(0, &data).is_some() {
+            return Err(format!("first RECV: {} bytes, expected the {BEFORE} before the mark", got.bytes));
+        }
+        if !at_mark(&s).map_err(|e| format!("SIOCATMARK: {e}"))? {
+            return Err("SIOCATMARK false after the first RECV".into());
+        }
+        let oob = recv_oob(&s);
+        let urgent = p2.slice(BEFORE, 1)[0];
+        match (&oob, oobinline) {
+            (Ok(b), false) if *b == urgent => {}
+            (Err(e), true) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            _ => return Err(format!("recv(MSG_OOB) at the mark: {oob:?} (urgent byte {urgent:#04x})")),
+        }
+        data.clear();
+        loop {
+            let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv: {e}"))?;
+            if got.bytes == 0 {
+                break;
+            }
+            for r in &recs[..got.records] {
+                data.extend_from_slice(z.data(r));
+            }
+            z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+        }
+        let from = if oobinline { BEFORE } else { BEFORE + 1 };
+        let want = BEFORE + 1 + AFTER - from;
+        if data.len() as u64 != want || p2.check(from, &data).is_some() {
+            return Err(format!("after the mark: {} bytes, expected {want} from stream offset {from}", data.len()));
+        }
+        let end = recv_oob(&s);
+        if end.as_ref().map_err(|e| e.raw_os_error()) != Err(Some(libc::EINVAL)) {
+            return Err(format!("recv(MSG_OOB) after the stream: {end:?}, expected EINVAL"));
+        }
+        Ok(oob.ok())
+    });
+    let to = addr_a(true, port);
+    let tx = net::in_netns(net::NS_B, move || {
+        let mut s = net::connect(to, Duration::from_secs(60))?;
+        std::io::Write::write_all(&mut s, pat.slice(0, BEFORE as usize)).map_err(|e| format!("send: {e}"))?;
+        send_oob(&s, pat.slice(BEFORE, 1)[0]).map_err(|e| format!("send(MSG_OOB): {e}"))?;
+        std::io::Write::write_all(&mut s, pat.slice(BEFORE + 1, AFTER as usize)).map_err(|e| format!("send: {e}"))?;
+        Ok(())
+    });
+    let sent = join(tx);
+    let oob = join(rx).map_err(|e| format!("at the mark: {e}; sender: {:?}", sent.as_ref().err()))?;
+    sent.map_err(|e| format!("at the mark: sender: {e}"))?;
+    Ok(format!(
+        "at the mark{}: first RECV stopped after exactly {BEFORE} bytes, SIOCATMARK true, MSG_OOB {}, the rest byte-exact",
+        if oobinline { " (SO_OOBINLINE)" } else { "" },
+        match oob {
+            Some(b) => format!("returned the urgent byte {b:#04x}"),
+            None => "EINVAL (the byte is in-line)".into(),
+        }
+    ))
+}
+
+/// (c) The tree's io_uring zcrx receiver (iou-zcrx -s, unmodified), which
+/// checks every byte against its own pattern: the urgent bytes must reach
+/// it in-line, and it must end without spinning.
+fn urgent_iouring_zcrx(_env: &Env) -> Outcome {
+    const SEND_SIZE: u64 = 512 * 4096; // iou-zcrx's pattern length
+    let build = tryo!(std::env::var("ZCRX_BUILD").map_err(|e| e.to_string()));
+    let exe = format!("{build}/iou-zcrx");
+    if !std::path::Path::new(&exe).exists() {
+        return Fail(format!("{exe} missing (scripts/build-iou-zcrx.sh)"));
+    }
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
+    let port = 7104u16;
+    let srv = std::process::Command::new("ip")
+        .args(["netns", "exec", net::NS_A, &exe, "-s", "-p", &port.to_string(), "-i", &n.a, "-q", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut srv = tryo!(srv.map_err(|e| format!("spawn iou-zcrx: {e}")));
+    let pid = srv.id() as libc::pid_t;
+    let plan = Arc::new(Plan::new(SEND_SIZE, 104, &Source::Alpha));
+    let sent = join(oob_sender(addr_a(true, port), plan.clone(), Source::Alpha, 0));
+    let mut err = String::new();
+    if let Some(mut e) = srv.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    // Reap it ourselves for its resource usage (`ip netns exec` execs it).
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it and the status.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not reaped yet; the pointers are to live locals.
+    if unsafe { libc::wait4(pid, &mut status, 0, &mut ru) } != pid {
+        return Fail(format!("wait4(iou-zcrx): {}", std::io::Error::last_os_error()));
+    }
+    std::mem::forget(srv);
+    let cpu = Duration::from_micros(
+        (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) as u64 * 1_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) as u64,
+    );
+    let d = tryo!(n.stats(1, 0));
+    let (dma, fb) = (d.dma_bytes - before.dma_bytes, d.fallback_packets - before.fallback_packets);
+    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    _env.diag(&format!(
+        "tree's iou-zcrx, {} with {} urgent bytes at {:?}: exit status {status:#x} ({}), CPU {:.2} s; \
+         netdevsim DMA'd {} ({} unsplit packets); sender: {:?}",
+        mib(SEND_SIZE),
+        plan.oob.len(),
+        plan.oob,
+        err.trim(),
+        cpu.as_secs_f64(),
+        mib(dma),
+        fb,
+        sent
+    ));
+    tryo!(sent);
+    if !exited_ok {
+        return Fail(format!("iou-zcrx failed: {}", err.trim()));
+    }
+    if dma < SEND_SIZE || fb != 0 {
+        return Fail(format!("netdevsim DMA'd {dma} bytes with {fb} unsplit packets: not all zero-copy"));
+    }
+    if cpu > CPU_BOUND {
+        return Fail(format!("iou-zcrx used {cpu:?} of CPU (spinning?)"));
+    }
+    Pass
+}
