@@ -89,8 +89,12 @@ $stray"
 	;;
 checkpatch)
 	rc=0
+	# UNKNOWN_COMMIT_ID: checkpatch looks up the ids of Fixes: tags with
+	# git, and neither this repository nor the tarball's tree has upstream
+	# history. The ids are checked by hand (kernel-patches.rst).
 	for p in $PATCHES; do
-		out=$(perl "$SRC/scripts/checkpatch.pl" --strict --no-tree --quiet "$P/$p" 2>&1) || rc=1
+		out=$(perl "$SRC/scripts/checkpatch.pl" --strict --no-tree --quiet \
+			--ignore UNKNOWN_COMMIT_ID "$P/$p" 2>&1) || rc=1
 		if [ -n "$out" ]; then echo "$p:"; echo "$out"; rc=1; else echo "$p: clean"; fi
 	done
 	exit $rc

@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! TCP-MD5 (RFC 2385) and TCP-AO (RFC 5925) signed connections towards a
+//! provider-bound queue. To verify a signature the kernel hashes the
+//! payload; a payload in a provider's buffers cannot be read, and before
+//! the kernel fix (`tcp: do not hash unreadable payload to verify MD5 and
+//! AO signatures`) hashing it followed a pointer computed from NULL in
+//! softirq. Now such a segment cannot be verified and is dropped as
+//! badly signed. The same connection to an ordinary queue carries data,
+//! which shows that the keys are right.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::Zcrx;
+
+use crate::common::{ensure_loaded, wait_idle};
+use crate::net::{self, addr_a, join, Nsim, NS_A};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[("md5_signed_to_zero_copy_queue", md5), ("ao_signed_to_zero_copy_queue", ao)];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Sig {
+    Md5,
+    Ao,
+}
+
+impl Sig {
+    /// The TcpExt counter of segments dropped for a bad signature.
+    fn counter(self) -> &'static str {
+        match self {
+            Sig::Md5 => "TCPMD5Failure",
+            Sig::Ao => "TCPAOBad",
+        }
+    }
+}
+
+const KEY: &[u8] = b"zcrx-rs signed segment test key";
+
+/// A `struct sockaddr_in6` for `ip` in the first bytes of a
+/// `__kernel_sockaddr_storage` (128 bytes).
+fn sockaddr_storage(ip: std::net::Ipv6Addr) -> [u8; 128] {
+    let mut a = [0u8; 128];
+    a[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+    a[8..24].copy_from_slice(&ip.octets());
+    a
+}
+
+/// Adds a signing key for peer `peer` to socket `fd`.
+fn add_key(fd: i32, sig: Sig, peer: std::net::Ipv6Addr) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let opt = match sig {
+        Sig::Md5 => {
+            // struct tcp_md5sig: addr, flags, prefixlen, keylen (u16),
+            // ifindex (int), key[80]: 216 bytes.
+            buf.extend_from_slice(&sockaddr_storage(peer));
+            buf.extend_from_slice(&[0, 0]);
+            buf.extend_from_slice(&(KEY.len() as u16).to_ne_bytes());
+            buf.extend_from_slice(&0i32.to_ne_bytes());
+            let mut k = [0u8; 80];
+            k[..KEY.len()].copy_from_slice(KEY);
+            buf.extend_from_slice(&k);
+            libc::TCP_MD5SIG
+        }
+        Sig::Ao => {
+            // struct tcp_ao_add: addr, alg_name[64], ifindex, flag bits
+            // (u32), reserved2 (u16), prefix, sndid, rcvid, maclen,
+            // keyflags, keylen, key[80]: 288 bytes.
+            buf.extend_from_slice(&sockaddr_storage(peer));
+            let mut alg = [0u8; 64];
+            alg[..10].copy_from_slice(b"hmac(sha1)");
+            buf.extend_from_slice(&alg);
+            buf.extend_from_slice(&0i32.to_ne_bytes());
+            buf.extend_from_slice(&0u32.to_ne_bytes());
+            buf.extend_from_slice(&0u16.to_ne_bytes());
+            buf.extend_from_slice(&[128, 100, 100, 0, 0, KEY.len() as u8]);
+            let mut k = [0u8; 80];
+            k[..KEY.len()].copy_from_slice(KEY);
+            buf.extend_from_slice(&k);
+            const TCP_AO_ADD_KEY: i32 = 38;
+            TCP_AO_ADD_KEY
+        }
+    };
+    // SAFETY: setsockopt reads `buf.len()` bytes from a live buffer.
+    let r = unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, opt, buf.as_ptr().cast(), buf.len() as libc::socklen_t) };
+    zcrx::sys::cvt(r.into()).map(|_| ())
+}
+
+/// A listener on `[::]:port` that signs with the sender's address.
+fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
+    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
+        .map_err(|e| format!("listen: {e}"))?;
+    add_key(l.as_raw_fd(), sig, "2001:db8::2".parse().unwrap()).map_err(|e| format!("listener key: {e}"))?;
+    Ok(l)
+}
+
+/// Connects to the receiver from `nsb` with a key, retrying while it comes up.
+fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
+    let t0 = Instant::now();
+    loop {
+        // SAFETY: plain socket(2).
+        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: we own the new fd.
+        let s = unsafe { TcpStream::from_raw_fd(fd) };
+        add_key(fd, sig, "2001:db8::1".parse().unwrap()).map_err(|e| format!("sender key: {e}"))?;
+        let SocketAddr::V6(a) = to else { return Err("IPv6 only".into()) };
+        // SAFETY: all-zero is a valid sockaddr_in6.
+        let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        sa.sin6_family = libc::AF_INET6 as u16;
+        sa.sin6_port = a.port().to_be();
+        sa.sin6_addr.s6_addr = a.ip().octets();
+        // SAFETY: a valid sockaddr_in6 of the size passed.
+        let r = unsafe {
+            libc::connect(fd, (&sa as *const libc::sockaddr_in6).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
+        };
+        if r == 0 {
+            s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+            return Ok(s);
+        }
+        let e = std::io::Error::last_os_error();
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(format!("connect {to}: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TcpExt counter of the calling thread's network namespace.
+fn tcpext(name: &str) -> Result<u64, String> {
+    let t = std::fs::read_to_string("/proc/thread-self/net/netstat").map_err(|e| format!("netstat: {e}"))?;
+    let mut lines = t.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return Err("netstat: no TcpExt".into()) };
+    h.split_whitespace()
+        .zip(v.split_whitespace())
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or(format!("netstat: no TcpExt {name} (kernel without the option?)"))
+}
+
+const DATA: usize = 256 << 10;
+
+/// Control: a signed stream with no provider anywhere arrives byte-exact.
+fn control(sig: Sig, port: u16) -> Result<(), String> {
+    let _n = Nsim::up(1)?;
+    let rx = net::in_netns(NS_A, move || {
+        let l = listener(sig, port)?;
+        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
+        Ok(got)
+    });
+    let tx = net::in_netns(net::NS_B, move || {
+        let mut s = signed_connect(sig, addr_a(true, port))?;
+        s.write_all(&vec![0x5a; DATA]).map_err(|e| format!("send: {e}"))?;
+        Ok(())
+    });
+    let sent = join(tx);
+    let got = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    sent.map_err(|e| format!("sender: {e}"))?;
+    if got.len() != DATA || got.iter().any(|&b| b != 0x5a) {
+        return Err(format!("control stream without a provider: {} of {DATA} bytes, or wrong bytes", got.len()));
+    }
+    Ok(())
+}
+
+/// The same to a zero-copy queue: the kernel survives, the segments are
+/// dropped as unverifiable and counted, nothing reaches the receiver.
+fn to_zero_copy_queue(env: &Env, sig: Sig, port: u16) -> Result<String, String> {
+    ensure_loaded(env)?;
+    let n = Nsim::up(1)?;
+    n.hds(true)?;
+    let a_idx = n.a_idx;
+    let done = Arc::new(AtomicBool::new(false));
+    let (d2, d3) = (done.clone(), done.clone());
+    let rx = net::in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| format!("open: {e}"))?;
+        z.register_area(4 << 20).map_err(|e| format!("register: {e}"))?;
+        z.bind(a_idx, 0, 0).map_err(|e| format!("bind: {e}"))?;
+        let before = tcpext(sig.counter())?;
+        let l = listener(sig, port)?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        // The sender's data segments arrive (and are retransmitted) within
+        // moments; this only bounds a kernel that never drops them.
+        let t0 = Instant::now();
+        let dropped = loop {
+            let now = tcpext(sig.counter())?;
+            if now > before {
+                break now - before;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                return Err(format!("no {} after 120 s", sig.counter()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // Nothing was accepted as data.
+        let mut inq: libc::c_int = 0;
+        zcrx::sys::ioctl(&s, libc::FIONREAD as libc::c_ulong, &mut inq as *mut libc::c_int as usize)
+            .map_err(|e| format!("FIONREAD: {e}"))?;
+        let st = z.stats().map_err(|e| format!("stats: {e}"))?;
+        d2.store(true, Ordering::Release);
+        Ok((dropped, inq, st.zc_bytes + st.copy_bytes))
+    });
+    let tx = net::in_netns(net::NS_B, move || {
+        let mut s = signed_connect(sig, addr_a(true, port))?;
+        // Nothing will be acknowledged: write what fits, without blocking.
+        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let n = s.write(&vec![0x5a; DATA]).map_err(|e| format!("send: {e}"))?;
+        if n == 0 {
+            return Err("send: 0 bytes".into());
+        }
+        while !d3.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    });
+    let r = join(rx);
+    // Lets the sender go also when the receiver failed early.
+    done.store(true, Ordering::Release);
+    let sent = join(tx);
+    // The receiver's error explains the sender's: report it first.
+    let (dropped, inq, recv) = r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    sent.map_err(|e| format!("sender: {e}"))?;
+    if inq != 0 || recv != 0 {
+        return Err(format!("{inq} bytes queued / {recv} received although no segment could be verified"));
+    }
+    drop(n);
+    wait_idle(Duration::from_secs(10))?;
+    Ok(format!("{dropped} segments with payload in the area dropped as {}", sig.counter()))
+}
+
+fn run(env: &Env, sig: Sig, port: u16) -> Outcome {
+    if let Err(e) = control(sig, port) {
+        return Fail(format!("control (no provider): {e}"));
+    }
+    match to_zero_copy_queue(env, sig, port + 1) {
+        Ok(d) => {
+            env.diag(&format!("control without a provider byte-exact; to the zero-copy queue: {d}"));
+            Pass
+        }
+        Err(e) => Fail(e),
+    }
+}
+
+fn md5(env: &Env) -> Outcome {
+    run(env, Sig::Md5, 7201)
+}
+
+fn ao(env: &Env) -> Outcome {
+    run(env, Sig::Ao, 7211)
+}
