@@ -329,7 +329,10 @@ pub(crate) struct Received {
 ///
 /// Like `recv()`: blocks until data arrives unless `nonblock` (then
 /// `EAGAIN`), honours `SO_RCVLOWAT`, `SO_RCVTIMEO` and signals, returns 0 bytes at end of
-/// stream and the socket's error if it has one. `ENOBUFS` when data is
+/// stream and the socket's error if it has one, and returns before an
+/// urgent mark once it has described anything (a call that starts at the
+/// mark passes it: `tcp_read_sock()` steps over the urgent byte, or reads
+/// it with `SO_OOBINLINE`). `ENOBUFS` when data is
 /// there but no buffer is free to copy it into (return buffers through the
 /// refill ring and call again); `ENOTCONN` on a listening or unconnected
 /// socket.

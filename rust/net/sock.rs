@@ -135,7 +135,12 @@ impl LockedSock<'_> {
             let prev = core::ptr::addr_of!((*q).__bindgen_anon_1.list.prev).read_volatile();
             (q.cast::<bindings::sk_buff>(), prev)
         };
-        QueueTail(if prev == head { core::ptr::null_mut() } else { prev })
+        let tail = if prev == head {
+            core::ptr::null_mut()
+        } else {
+            prev
+        };
+        QueueTail(tail)
     }
 
     /// Connection state.
