@@ -120,7 +120,17 @@ impl Plan {
 fn oob_sender(to: std::net::SocketAddr, plan: Arc<Plan>, src: Source, cpu: usize) -> JoinHandle<Result<u64, String>> {
     net::in_netns(net::NS_B, move || {
         let _ = zcrx::sys::pin_to_cpu(cpu);
-        let mut s = net::connect(to, Duration::from_secs(60))?;
+        // The receiver may take a while to listen (iou-zcrx registers its
+        // queue first, a queue restart): retry for up to a minute.
+        let t0 = Instant::now();
+        let mut s = loop {
+            match std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
+                Ok(s) => break s,
+                Err(_) if t0.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(format!("connect {to}: {e}")),
+            }
+        };
+        s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 64 << 10];
         let mut off = 0u64;
         for &o in plan.oob.iter().chain(std::iter::once(&plan.bytes)) {
@@ -201,18 +211,27 @@ impl Expect {
     }
 
     /// `recv(MSG_OOB)` returned `b` with the reader at the mark: the next
-    /// byte of the stream must be an urgent byte of that value.
+    /// byte of the stream must be an urgent byte of that value, or one
+    /// further on in the same run of urgent bytes (when the next one's
+    /// pointer arrives while the reader is at a mark, the kernel takes the
+    /// older byte out of the stream and moves the mark on, see
+    /// `tcp_check_urg()`).
     fn oob(&mut self, b: u8) -> Result<(), String> {
-        match self.plan.oob.get(self.next) {
-            Some(&o) if o == self.pos && self.byte(o) == b => {
-                self.oob_read.push(o);
-                Ok(())
+        let mut k = 0;
+        while let Some(&o) = self.plan.oob.get(self.next + k) {
+            if o != self.pos + k as u64 {
+                break;
             }
-            _ => Err(format!(
-                "recv(MSG_OOB) gave {b:#04x} at stream offset {}, which is not an urgent byte of that value",
-                self.pos
-            )),
+            if self.byte(o) == b {
+                self.oob_read.push(o);
+                return Ok(());
+            }
+            k += 1;
         }
+        Err(format!(
+            "recv(MSG_OOB) gave {b:#04x} at stream offset {}, which is not an urgent byte of that value",
+            self.pos
+        ))
     }
 
     /// End of stream: urgent bytes at the very end can only have been taken out.
@@ -341,7 +360,11 @@ fn urgent_stream(
     let q = if steer { 1 } else { 0 };
     let before = n.stats(1, q)?;
     let (p2, plan2) = (pat.clone(), plan.clone());
-    let rx = with_receiver(n.a_idx, 0, 8 << 20, port, true, move |z, l| {
+    // More buffers than the stream has packets (each takes at least one,
+    // and urgent mode sends them MSS-sized): the pool cannot run dry, so
+    // netdevsim never delivers a packet unsplit, whatever the receiver's pace.
+    let area = if steer { 8 << 20 } else { (4 * plan.bytes as usize).max(16 << 20) };
+    let rx = with_receiver(n.a_idx, 0, area, port, true, move |z, l| {
         set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let mut exp = Expect::new(p2, plan2);
@@ -400,19 +423,19 @@ fn urgent_zero_copy_inline(env: &Env) -> Outcome {
     if rx.zc_bytes == 0 || d.dma_bytes < rx.zc_bytes {
         return Fail(format!("zero-copy {} bytes, netdevsim DMA'd {}: not the zero-copy path", rx.zc_bytes, d.dma_bytes));
     }
-    if d.fallback_packets == 0 {
-        // Every urgent byte was in a provider's buffer.
-        if !exp.removed.is_empty() || exp.inline.len() != exp.plan.oob.len() {
-            return Fail(format!("urgent bytes taken out of the stream: {:?}", exp.removed));
-        }
-        if rx.final_oob_errno != libc::EINVAL {
-            return Fail(format!(
-                "recv(MSG_OOB) after the stream: {}, expected EINVAL (no urgent data kept)",
-                zcrx::sys::errno_name(rx.final_oob_errno)
-            ));
-        }
-    } else {
-        env.diag("netdevsim delivered packets unsplit (pool dry): urgent bytes there were readable, not checked in-line");
+    // Every urgent byte must have been in a provider's buffer: no packet
+    // unsplit (the area has room for all of them, see urgent_stream).
+    if d.fallback_packets != 0 {
+        return Fail(format!("netdevsim delivered {} packets unsplit: urgent bytes may have been readable", d.fallback_packets));
+    }
+    if !exp.removed.is_empty() || exp.inline.len() != exp.plan.oob.len() {
+        return Fail(format!("urgent bytes taken out of the stream: {:?}", exp.removed));
+    }
+    if rx.final_oob_errno != libc::EINVAL {
+        return Fail(format!(
+            "recv(MSG_OOB) after the stream: {}, expected EINVAL (no urgent data kept)",
+            zcrx::sys::errno_name(rx.final_oob_errno)
+        ));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
@@ -439,7 +462,8 @@ fn urgent_copy_path(env: &Env) -> Outcome {
     if !exp.removed.contains(&last) {
         return Fail(format!("the last urgent byte ({last}) was not taken out of the stream"));
     }
-    env.diag(&tryo!(at_the_mark(&n, false, 7105)));
+    env.diag(&tryo!(at_the_mark(&n, false, false, 7105)));
+    env.diag(&tryo!(at_the_mark(&n, false, true, 7107)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -459,46 +483,68 @@ fn urgent_copy_path_oobinline(env: &Env) -> Outcome {
             zcrx::sys::errno_name(rx.final_oob_errno)
         ));
     }
-    env.diag(&tryo!(at_the_mark(&n, true, 7106)));
+    env.diag(&tryo!(at_the_mark(&n, true, false, 7106)));
+    env.diag(&tryo!(at_the_mark(&n, true, true, 7108)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
 
 /// The mark, exactly: the sender writes 40000 bytes, one urgent byte and
-/// 20000 more, and the receiver starts only once all of it up to the
-/// urgent byte is in the socket (POLLPRI and SIOCINQ say so). The first
-/// RECV then describes exactly the 40000 bytes before the mark and stops
-/// there; SIOCATMARK is true; without SO_OOBINLINE recv(MSG_OOB) returns
-/// the urgent byte and the rest of the stream comes without it, with it
-/// the byte is the first of the rest. Afterwards no urgent data is left.
-fn at_the_mark(n: &Nsim, oobinline: bool, port: u16) -> Result<String, String> {
+/// 20000 more; the receiver has `SO_RCVLOWAT` 1 MiB, more than all of it,
+/// so only the mark can end its first RECV early. That call must describe
+/// exactly the 40000 bytes before the mark; SIOCATMARK is then true;
+/// without SO_OOBINLINE recv(MSG_OOB) returns the urgent byte and the rest
+/// of the stream comes without it, with it the byte is the first of the
+/// rest. Afterwards no urgent data is left.
+///
+/// `during_wait` false: the receiver starts once everything up to the
+/// urgent byte is in the socket (POLLPRI and SIOCINQ say so), so RECV
+/// meets the mark in its first read. True: it starts once the 40000 bytes
+/// are queued, and the sender sends the urgent byte 300 ms later, so RECV
+/// (usually) reads the 40000 bytes, waits for more, and is woken by the
+/// urgent byte right at the mark; either way the result must be exact.
+fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Result<String, String> {
     const BEFORE: u64 = 40000;
     const AFTER: u64 = 20000;
     let pat = Arc::new(Pattern::new(u64::from(port)));
     let p2 = pat.clone();
+    // The sender closes only after the first RECV returned: neither the
+    // end of the stream nor anything else but the mark may end that call.
+    let first_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (fd_rx, fd_tx) = (first_done.clone(), first_done.clone());
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ready_rx, ready_tx) = (ready.clone(), ready.clone());
     let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
         set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
+        zcrx::sys::set_rcvlowat(&l, 1 << 20).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        // A RECV that does not stop at the mark waits for SO_RCVLOWAT
+        // bytes that never come: end it (and fail) instead of hanging.
+        s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
         let t0 = Instant::now();
         loop {
             let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
             // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, 100) };
+            unsafe { libc::poll(&mut p, 1, if during_wait { 10 } else { 100 }) };
             let mut inq: libc::c_int = 0;
             zcrx::sys::ioctl(&s, libc::FIONREAD as libc::c_ulong, &mut inq as *mut libc::c_int as usize)
                 .map_err(|e| format!("SIOCINQ: {e}"))?;
-            if p.revents & libc::POLLPRI != 0 && inq as u64 >= BEFORE {
+            if (during_wait || p.revents & libc::POLLPRI != 0) && inq as u64 >= BEFORE {
                 break;
             }
             // Not a performance deadline: data that never comes.
             if t0.elapsed() > Duration::from_secs(60) {
-                return Err(format!("urgent byte not in the socket after 60 s ({inq} bytes queued)"));
+                return Err(format!("data not in the socket after 60 s ({inq} bytes queued)"));
             }
         }
+        // The sender waits for this before it sends the urgent byte.
+        ready_rx.store(true, std::sync::atomic::Ordering::Release);
         let mut recs = vec![Rec::default(); 128];
         let mut data = Vec::new();
-        let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv: {e}"))?;
+        let got = z.recv(s.as_raw_fd(), &mut recs, 0);
+        fd_rx.store(true, std::sync::atomic::Ordering::Release);
+        let got = got.map_err(|e| format!("first recv: {e}"))?;
         for r in &recs[..got.records] {
             data.extend_from_slice(z.data(r));
         }
@@ -542,16 +588,32 @@ fn at_the_mark(n: &Nsim, oobinline: bool, port: u16) -> Result<String, String> {
     let tx = net::in_netns(net::NS_B, move || {
         let mut s = net::connect(to, Duration::from_secs(60))?;
         std::io::Write::write_all(&mut s, pat.slice(0, BEFORE as usize)).map_err(|e| format!("send: {e}"))?;
+        if during_wait {
+            // The receiver has the 40000 bytes queued and is about to call
+            // RECV, which reads them and waits for SO_RCVLOWAT.
+            let t0 = Instant::now();
+            while !ready_tx.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
         send_oob(&s, pat.slice(BEFORE, 1)[0]).map_err(|e| format!("send(MSG_OOB): {e}"))?;
         std::io::Write::write_all(&mut s, pat.slice(BEFORE + 1, AFTER as usize)).map_err(|e| format!("send: {e}"))?;
+        let t0 = Instant::now();
+        while !fd_tx.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         Ok(())
     });
     let sent = join(tx);
-    let oob = join(rx).map_err(|e| format!("at the mark: {e}; sender: {:?}", sent.as_ref().err()))?;
-    sent.map_err(|e| format!("at the mark: sender: {e}"))?;
+    let what = format!("at the mark (SO_OOBINLINE {oobinline}, urgent byte during the wait {during_wait})");
+    let oob = join(rx).map_err(|e| format!("{what}: {e}; sender: {:?}", sent.as_ref().err()))?;
+    sent.map_err(|e| format!("{what}: sender: {e}"))?;
     Ok(format!(
-        "at the mark{}: first RECV stopped after exactly {BEFORE} bytes, SIOCATMARK true, MSG_OOB {}, the rest byte-exact",
-        if oobinline { " (SO_OOBINLINE)" } else { "" },
+        "at the mark{}{}: first RECV (SO_RCVLOWAT 1 MiB) stopped after exactly {BEFORE} bytes, SIOCATMARK true, \
+         MSG_OOB {}, the rest byte-exact",
+        if oobinline { ", SO_OOBINLINE" } else { "" },
+        if during_wait { ", urgent byte sent while RECV waited" } else { "" },
         match oob {
             Some(b) => format!("returned the urgent byte {b:#04x}"),
             None => "EINVAL (the byte is in-line)".into(),
@@ -580,27 +642,46 @@ fn urgent_iouring_zcrx(_env: &Env) -> Outcome {
         .spawn();
     let mut srv = tryo!(srv.map_err(|e| format!("spawn iou-zcrx: {e}")));
     let pid = srv.id() as libc::pid_t;
+    let stderr = srv.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut t = String::new();
+            let _ = std::io::Read::read_to_string(&mut e, &mut t);
+            t
+        })
+    });
     let plan = Arc::new(Plan::new(SEND_SIZE, 104, &Source::Alpha));
     let sent = join(oob_sender(addr_a(true, port), plan.clone(), Source::Alpha, 0));
-    let mut err = String::new();
-    if let Some(mut e) = srv.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
     // Reap it ourselves for its resource usage (`ip netns exec` execs it).
+    // It ends at the end of the stream; if the sender failed it may wait
+    // in io_uring for good (its 5 s limit is checked between completions
+    // only): kill it then, or after a minute (a stuck receiver).
     let mut status = 0;
     // SAFETY: a zeroed rusage is valid; wait4 fills it and the status.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our child, not reaped yet; the pointers are to live locals.
-    if unsafe { libc::wait4(pid, &mut status, 0, &mut ru) } != pid {
-        return Fail(format!("wait4(iou-zcrx): {}", std::io::Error::last_os_error()));
+    let t0 = Instant::now();
+    let mut killed = false;
+    loop {
+        // SAFETY: `pid` is our child, not reaped yet; the pointers are to live locals.
+        match unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) } {
+            0 => {}
+            r if r == pid => break,
+            _ => return Fail(format!("wait4(iou-zcrx): {}", std::io::Error::last_os_error())),
+        }
+        if !killed && (sent.is_err() || t0.elapsed() > Duration::from_secs(60)) {
+            // SAFETY: signalling our own child, not reaped yet.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     std::mem::forget(srv);
+    let err = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
     let cpu = Duration::from_micros(
         (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) as u64 * 1_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) as u64,
     );
     let d = tryo!(n.stats(1, 0));
     let (dma, fb) = (d.dma_bytes - before.dma_bytes, d.fallback_packets - before.fallback_packets);
-    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    let exited_ok = !killed && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     _env.diag(&format!(
         "tree's iou-zcrx, {} with {} urgent bytes at {:?}: exit status {status:#x} ({}), CPU {:.2} s; \
          netdevsim DMA'd {} ({} unsplit packets); sender: {:?}",
@@ -615,7 +696,7 @@ fn urgent_iouring_zcrx(_env: &Env) -> Outcome {
     ));
     tryo!(sent);
     if !exited_ok {
-        return Fail(format!("iou-zcrx failed: {}", err.trim()));
+        return Fail(format!("iou-zcrx failed{}: {}", if killed { " (killed: it did not end)" } else { "" }, err.trim()));
     }
     if dma < SEND_SIZE || fb != 0 {
         return Fail(format!("netdevsim DMA'd {dma} bytes with {fb} unsplit packets: not all zero-copy"));
