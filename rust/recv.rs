@@ -399,8 +399,8 @@ pub(crate) fn recv<S: RecordSink>(
         if timeo == 0 {
             return Err(EAGAIN);
         }
-        // Nothing read, though data may be queued (an urgent mark whose
-        // byte has not arrived yet): sleep until more arrives.
+        // Nothing read. Should anything be queued that this call could not
+        // consume, sleep until more arrives instead of spinning.
         let seen = lock.queue_tail();
         lock.wait_data(&mut timeo, seen)?;
     }

@@ -110,10 +110,11 @@ impl LockedSock<'_> {
     /// it read anything, and steps over the mark when a call starts at it.
     pub(crate) fn at_urgent_mark(&self) -> bool {
         let tp = self.tp();
-        // SAFETY: the sock is live and locked. The softirq side writes
-        // `urg_data` and `urg_seq` only under the socket lock (incoming
-        // segments wait in the backlog while we own it), and `copied_seq`
-        // is ours; volatile reads match the C side's READ_ONCE.
+        // The softirq side writes `urg_data` and `urg_seq` only under the
+        // socket lock (segments wait in the backlog while we own it), and
+        // `copied_seq` is the reader's, ours.
+        // SAFETY: the sock is live and locked (see above); the volatile
+        // reads are the C side's READ_ONCE.
         let (urg_data, urg_seq, copied_seq) = unsafe {
             (
                 core::ptr::addr_of!((*tp).urg_data).read_volatile(),
@@ -197,16 +198,16 @@ impl LockedSock<'_> {
         unsafe { bindings::sock_rcvtimeo(self.sk(), nonblock) }
     }
 
-    /// Waits (releasing the lock while sleeping) for at most `timeo`
-    /// jiffies, updating it, until the receive queue's tail is no longer
-    /// `seen` (taken with [`LockedSock::queue_tail`] after the last read:
-    /// new data arrived), or the socket has an error or end of stream.
-    /// Returns `Err` with the errno to report when a signal interrupted
-    /// the wait.
+    /// Sleeps (releasing the lock) until the socket is woken (new data, an
+    /// error, the end of the stream) or for at most `timeo` jiffies,
+    /// updating it; returns at once if the receive queue's tail is no
+    /// longer `seen` (taken with [`LockedSock::queue_tail`] after the last
+    /// read). Returns `Err` with the errno to report when a signal
+    /// interrupted the wait.
     ///
-    /// Waiting on the tail rather than on an empty queue is what keeps a
-    /// reader that cannot consume the queued data from spinning: with a
-    /// NULL tail `sk_wait_data()` returns at once while anything is queued.
+    /// Passing the tail rather than none is what keeps a reader that cannot
+    /// consume the queued data from spinning: with a NULL tail
+    /// `sk_wait_data()` returns at once while anything is queued.
     pub(crate) fn wait_data(&mut self, timeo: &mut isize, seen: QueueTail) -> Result {
         // SAFETY: the sock is live and locked, as sk_wait_data requires;
         // `seen` is only compared with the queue's tail, never dereferenced.
