@@ -128,3 +128,14 @@ pub fn rmmod_eventually(t: Duration) -> Result<(), String> {
 pub fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
+
+/// The kernel tree's io_uring zcrx selftest program, built for this kernel
+/// (scripts/build-iou-zcrx.sh).
+pub fn iou_zcrx_exe() -> Result<String, String> {
+    let build = std::env::var("ZCRX_BUILD").map_err(|e| format!("ZCRX_BUILD: {e}"))?;
+    let exe = format!("{build}/iou-zcrx");
+    if !Path::new(&exe).exists() {
+        return Err(format!("{exe} missing (scripts/build-iou-zcrx.sh)"));
+    }
+    Ok(exe)
+}

@@ -355,11 +355,7 @@ fn no_provider_stream_unchanged(_env: &Env) -> Outcome {
 /// byte; netdevsim's counters must show the payload DMA'd into io_uring's
 /// buffers, not delivered through the copy fallback.
 fn iouring_zcrx_in_tree(env: &Env) -> Outcome {
-    let build = tryo!(std::env::var("ZCRX_BUILD").map_err(|e| e.to_string()));
-    let exe = format!("{build}/iou-zcrx");
-    if !std::path::Path::new(&exe).exists() {
-        return Fail(format!("{exe} missing (scripts/build-iou-zcrx.sh)"));
-    }
+    let exe = tryo!(crate::common::iou_zcrx_exe());
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     const RUNS: u64 = 4;

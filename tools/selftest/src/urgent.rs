@@ -626,11 +626,7 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
 /// it in-line, and it must end without spinning.
 fn urgent_iouring_zcrx(_env: &Env) -> Outcome {
     const SEND_SIZE: u64 = 512 * 4096; // iou-zcrx's pattern length
-    let build = tryo!(std::env::var("ZCRX_BUILD").map_err(|e| e.to_string()));
-    let exe = format!("{build}/iou-zcrx");
-    if !std::path::Path::new(&exe).exists() {
-        return Fail(format!("{exe} missing (scripts/build-iou-zcrx.sh)"));
-    }
+    let exe = tryo!(crate::common::iou_zcrx_exe());
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
