@@ -130,12 +130,19 @@ impl Area {
                 if idx >= self.nbufs() {
                     return Err(EINVAL);
                 }
-                self.niovs.set_dma_addr(idx, addr + (k * PAGE_SIZE) as u64)?;
+                self.niovs
+                    .set_dma_addr(idx, addr + (k * PAGE_SIZE) as u64)?;
                 idx += 1;
             }
             Ok(())
         })
-        .and_then(|()| if idx == self.nbufs() { Ok(()) } else { Err(EINVAL) })
+        .and_then(|()| {
+            if idx == self.nbufs() {
+                Ok(())
+            } else {
+                Err(EINVAL)
+            }
+        })
         .inspect_err(|_| self.clear_dma_addrs())?;
         *dma = Some(m);
         Ok(())
@@ -189,7 +196,12 @@ impl Area {
     pub(crate) fn release(&self, idx: usize) {
         if let Err(e) = self.free.lock().push(idx as u32) {
             // A buffer returned twice is a bug in the accounting above.
-            pr_warn!("area {:#x}: buffer {} released twice ({:?})\n", self.addr, idx, e);
+            pr_warn!(
+                "area {:#x}: buffer {} released twice ({:?})\n",
+                self.addr,
+                idx,
+                e
+            );
         }
     }
 }
@@ -201,7 +213,11 @@ impl PinnedDrop for Area {
         GLOBAL.pinned_pages.sub(self.nbufs() as u64);
         let held = self.urefs.held();
         if held != 0 {
-            pr_warn!("area {:#x} freed with {} user references\n", self.addr, held);
+            pr_warn!(
+                "area {:#x} freed with {} user references\n",
+                self.addr,
+                held
+            );
         }
     }
 }

@@ -163,7 +163,12 @@ impl Context {
         };
         let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
         req.rq_entries = entries;
-        req.offsets = zcrx_rs_ring_offsets { head: HEAD_OFF, tail: TAIL_OFF, rqes: RQES_OFF, __resv: 0 };
+        req.offsets = zcrx_rs_ring_offsets {
+            head: HEAD_OFF,
+            tail: TAIL_OFF,
+            rqes: RQES_OFF,
+            __resv: 0,
+        };
         req.mmap_len = refill::ring_bytes(entries) as u64;
         let published = w.write(&req).and_then(|()| {
             let mut inner = self.inner.lock();

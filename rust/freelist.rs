@@ -70,7 +70,9 @@ impl FreeList {
             return Err(FreeListError::AlreadyFree);
         }
         // Cannot fail: at most `n` distinct indices, capacity is `n`.
-        self.stack.push(i, GFP_ATOMIC).map_err(|_| FreeListError::AlreadyFree)?;
+        self.stack
+            .push(i, GFP_ATOMIC)
+            .map_err(|_| FreeListError::AlreadyFree)?;
         self.free[w] |= b;
         Ok(())
     }

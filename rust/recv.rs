@@ -281,7 +281,11 @@ impl<S: RecordSink> Walker<'_, S> {
         // recycled while the user reads it. Take it before the user ref.
         self.zcrx.area().niovs().netmem(idx).pp_ref();
         self.zcrx.area().urefs().get(idx);
-        self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE + boff) as u64, len: n as u32, flags: 0 });
+        self.batch.push(zcrx_rs_rec {
+            off: (idx * PAGE_SIZE + boff) as u64,
+            len: n as u32,
+            flags: 0,
+        });
         self.tally.zc_bytes += n as u64;
         self.tally.zc_records += 1;
         Ok(n)
@@ -300,7 +304,10 @@ impl<S: RecordSink> Walker<'_, S> {
                 break;
             };
             let chunk = (n - done).min(PAGE_SIZE);
-            if let Err(e) = area.pages().copy_from_skb(idx, skb, (off + done) as u32, chunk) {
+            if let Err(e) = area
+                .pages()
+                .copy_from_skb(idx, skb, (off + done) as u32, chunk)
+            {
                 area.release(idx);
                 return Err(e);
             }
@@ -308,7 +315,11 @@ impl<S: RecordSink> Walker<'_, S> {
             // user's, dropped when the user returns it.
             area.niovs().netmem(idx).pp_set_refs(1);
             area.urefs().get(idx);
-            self.batch.push(zcrx_rs_rec { off: (idx * PAGE_SIZE) as u64, len: chunk as u32, flags: ZCRX_RS_REC_COPY });
+            self.batch.push(zcrx_rs_rec {
+                off: (idx * PAGE_SIZE) as u64,
+                len: chunk as u32,
+                flags: ZCRX_RS_REC_COPY,
+            });
             self.tally.copy_bytes += chunk as u64;
             self.tally.copy_records += 1;
             done += chunk;
@@ -343,7 +354,12 @@ pub(crate) fn recv<S: RecordSink>(
     cap: u32,
     nonblock: bool,
 ) -> Result<Received> {
-    let mut w = Walker { zcrx, batch: RecordBatch::new(sink, cap), stop: None, tally: Tally::default() };
+    let mut w = Walker {
+        zcrx,
+        batch: RecordBatch::new(sink, cap),
+        stop: None,
+        tally: Tally::default(),
+    };
     let mut lock = sock.lock();
     if lock.state() == TcpState::Listen {
         return Err(ENOTCONN);
@@ -406,7 +422,10 @@ pub(crate) fn recv<S: RecordSink>(
     }
     drop(lock);
     debug_assert!(w.batch.pending_bytes() == 0);
-    Ok(Received { records: w.batch.delivered(), bytes: w.batch.delivered_bytes() })
+    Ok(Received {
+        records: w.batch.delivered(),
+        bytes: w.batch.delivered_bytes(),
+    })
 }
 
 /// Nothing was read: true at end of stream, the socket's error, or false
@@ -453,12 +472,20 @@ mod tests {
     }
 
     fn rec(i: u64) -> zcrx_rs_rec {
-        zcrx_rs_rec { off: i * PAGE_SIZE as u64, len: 100, flags: 0 }
+        zcrx_rs_rec {
+            off: i * PAGE_SIZE as u64,
+            len: 100,
+            flags: 0,
+        }
     }
 
     #[test]
     fn batches_of_batch_size() -> Result {
-        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: None };
+        let mut s = VecSink {
+            got: KVec::new(),
+            writes: 0,
+            fail_at_write: None,
+        };
         let mut b = RecordBatch::new(&mut s, 1000);
         for i in 0..(BATCH as u64 * 2 + 3) {
             if b.buffer_full() {
@@ -478,7 +505,11 @@ mod tests {
 
     #[test]
     fn capacity_is_never_exceeded() -> Result {
-        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: None };
+        let mut s = VecSink {
+            got: KVec::new(),
+            writes: 0,
+            fail_at_write: None,
+        };
         let mut b = RecordBatch::new(&mut s, 5);
         let mut pushed = 0;
         while b.has_room() {
@@ -495,7 +526,11 @@ mod tests {
 
     #[test]
     fn failed_flush_keeps_records_pending() -> Result {
-        let mut s = VecSink { got: KVec::new(), writes: 0, fail_at_write: Some(2) };
+        let mut s = VecSink {
+            got: KVec::new(),
+            writes: 0,
+            fail_at_write: Some(2),
+        };
         let mut b = RecordBatch::new(&mut s, 100);
         b.push(rec(1));
         b.flush()?;

@@ -89,7 +89,10 @@ impl RefillRing {
         if !entries.is_power_of_two() {
             return Err(EINVAL);
         }
-        Ok(Self { mem: SharedMem::new(ring_bytes(entries))?, entries })
+        Ok(Self {
+            mem: SharedMem::new(ring_bytes(entries))?,
+            entries,
+        })
     }
 
     /// The memory, to mmap.
@@ -161,7 +164,10 @@ mod tests {
     fn ring_sizes() -> Result {
         assert_eq!(ring_entries(1)?, 1);
         assert_eq!(ring_entries(100)?, 128);
-        assert_eq!(ring_entries(uapi::ZCRX_RS_RQ_MAX_ENTRIES)?, uapi::ZCRX_RS_RQ_MAX_ENTRIES);
+        assert_eq!(
+            ring_entries(uapi::ZCRX_RS_RQ_MAX_ENTRIES)?,
+            uapi::ZCRX_RS_RQ_MAX_ENTRIES
+        );
         assert!(ring_entries(0).is_err());
         assert!(ring_entries(uapi::ZCRX_RS_RQ_MAX_ENTRIES + 1).is_err());
         assert_eq!(ring_bytes(1), PAGE_SIZE);

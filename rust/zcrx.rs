@@ -57,15 +57,28 @@ impl Zcrx {
     pub(crate) fn bind(area: Arc<Area>, ifindex: u32, rxq: u32, entries: u32) -> Result<Arc<Self>> {
         let dev = LockedNetDev::lock_by_index(ifindex)?;
         if rxq >= dev.rx_queues() {
-            pr_info!("bind {} rxq {}: the device has {} rx queues\n", dev.name(), rxq, dev.rx_queues());
+            pr_info!(
+                "bind {} rxq {}: the device has {} rx queues\n",
+                dev.name(),
+                rxq,
+                dev.rx_queues()
+            );
             return Err(ERANGE);
         }
         if !dev.header_split_ready() {
-            pr_info!("bind {} rxq {}: needs tcp-data-split on and hds-thresh 0\n", dev.name(), rxq);
+            pr_info!(
+                "bind {} rxq {}: needs tcp-data-split on and hds-thresh 0\n",
+                dev.name(),
+                rxq
+            );
             return Err(EINVAL);
         }
         let Some(dma_dev) = dev.queue_dma_dev(rxq) else {
-            pr_info!("bind {} rxq {}: the queue has no DMA device\n", dev.name(), rxq);
+            pr_info!(
+                "bind {} rxq {}: the queue has no DMA device\n",
+                dev.name(),
+                rxq
+            );
             return Err(EOPNOTSUPP);
         };
         let ring = RefillRing::new(entries)?;

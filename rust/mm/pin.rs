@@ -45,9 +45,7 @@ impl PinnedPages {
         let flags = bindings::FOLL_WRITE | bindings::FOLL_LONGTERM;
         // SAFETY: `raw` has room for `npages` pointers; the range belongs to
         // the current process.
-        let got = unsafe {
-            bindings::pin_user_pages_fast(addr, n, flags, raw.as_mut_ptr())
-        };
+        let got = unsafe { bindings::pin_user_pages_fast(addr, n, flags, raw.as_mut_ptr()) };
         let got_n = usize::try_from(got).unwrap_or(0);
         if got_n != npages {
             if got_n > 0 {
@@ -124,7 +122,10 @@ fn explain_pin_error(e: Error, addr: usize, npages: usize) -> Error {
     if e != EFAULT {
         return e;
     }
-    let Some(end) = npages.checked_mul(PAGE_SIZE).and_then(|l| addr.checked_add(l)) else {
+    let Some(end) = npages
+        .checked_mul(PAGE_SIZE)
+        .and_then(|l| addr.checked_add(l))
+    else {
         return EFAULT;
     };
     let task = kernel::current!();

@@ -37,7 +37,9 @@ impl SharedMem {
         let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or(EINVAL)?;
         // SAFETY: plain allocation.
         let ptr = unsafe { bindings::vmalloc_user_noprof(len as _) };
-        NonNull::new(ptr.cast()).map(|ptr| Self { ptr, len }).ok_or(ENOMEM)
+        NonNull::new(ptr.cast())
+            .map(|ptr| Self { ptr, len })
+            .ok_or(ENOMEM)
     }
 
     /// Start of the memory.

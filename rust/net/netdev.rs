@@ -108,7 +108,8 @@ impl LockedNetDev {
         // SAFETY: all-zero is a valid, empty extack.
         let mut extack: bindings::netlink_ext_ack = unsafe { core::mem::zeroed() };
         // SAFETY: the device is locked, `params` is valid for the call.
-        let ret = unsafe { bindings::netif_mp_open_rxq(self.dev.as_ptr(), rxq, params, &mut extack) };
+        let ret =
+            unsafe { bindings::netif_mp_open_rxq(self.dev.as_ptr(), rxq, params, &mut extack) };
         if ret == 0 {
             return Ok(());
         }

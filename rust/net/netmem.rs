@@ -143,7 +143,6 @@ impl NetIovArea {
         // SAFETY: the net_iov is live; the pool is giving it back to us.
         unsafe { bindings::net_mp_niov_clear_page_pool(self.niovs[idx].0.get()) }
     }
-
 }
 
 /// A `netmem_ref`: a page or a net_iov, valid for `'a`.

@@ -76,12 +76,14 @@ impl PagePool {
     pub(crate) fn put_unrefed(&self, nm: Netmem<'_>) {
         // SAFETY: the pool is live and `nm` is one of its buffers with no
         // reference left (the caller just dropped the last one).
-        unsafe { bindings::page_pool_put_unrefed_netmem(
+        unsafe {
+            bindings::page_pool_put_unrefed_netmem(
                 self.as_raw(),
                 nm.raw(),
                 u32::MAX, // -1: sync the whole buffer if needed
                 false,
-            ) }
+            )
+        }
     }
 
     /// Syncs `nm` for the device before the pool hands it to the NIC again,
@@ -129,7 +131,11 @@ impl<'a> AllocBatch<'a> {
         // pool's allocation cache; it holds at least `PP_ALLOC_CACHE_SIZE`.
         let cache = unsafe { &mut (*pool.as_raw()).alloc.cache };
         let max = Self::MAX.min(cache.len());
-        AllocBatch { pool, cache: &mut cache[..max], len: 0 }
+        AllocBatch {
+            pool,
+            cache: &mut cache[..max],
+            len: 0,
+        }
     }
 
     /// The pool being filled.

@@ -124,7 +124,11 @@ unsafe extern "C" fn release_netmem<T: MemoryProvider>(
     // SAFETY: the core passes a live pool.
     let pool = unsafe { PagePool::from_raw(pp) };
     // SAFETY: `pool` uses our ops.
-    T::release_netmem(unsafe { provider_of::<T>(pool) }, pool, Netmem::from_raw(netmem));
+    T::release_netmem(
+        unsafe { provider_of::<T>(pool) },
+        pool,
+        Netmem::from_raw(netmem),
+    );
     // The provider keeps the buffer: the pool must not free it as a page.
     false
 }

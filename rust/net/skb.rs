@@ -62,7 +62,10 @@ impl SkBuff {
 
     /// The skbs on the frag list, in order.
     pub(crate) fn frag_list(&self) -> FragListIter<'_> {
-        FragListIter { next: self.shinfo().frag_list, _p: core::marker::PhantomData }
+        FragListIter {
+            next: self.shinfo().frag_list,
+            _p: core::marker::PhantomData,
+        }
     }
 
     /// Copies `len` bytes starting at `offset` of the data to `dst`
@@ -76,7 +79,9 @@ impl SkBuff {
         let len = i32::try_from(len).map_err(|_| EINVAL)?;
         let off = i32::try_from(offset).map_err(|_| EINVAL)?;
         // SAFETY: the skb is live; the caller guarantees `dst`.
-        kernel::error::to_result(unsafe { bindings::skb_copy_bits(self.as_raw(), off, dst.cast(), len) })
+        kernel::error::to_result(unsafe {
+            bindings::skb_copy_bits(self.as_raw(), off, dst.cast(), len)
+        })
     }
 }
 

@@ -44,7 +44,9 @@ impl TcpSocket {
         // is exported and its recvmsg is shared by TCP over IPv4 and IPv6.
         let is_tcp = unsafe {
             bindings::sk_is_tcp(sk.as_ptr())
-                && (*(*sk.as_ptr()).__sk_common.skc_prot).recvmsg.map(|f| f as usize)
+                && (*(*sk.as_ptr()).__sk_common.skc_prot)
+                    .recvmsg
+                    .map(|f| f as usize)
                     == bindings::tcp_prot.recvmsg.map(|f| f as usize)
         };
         if !is_tcp {
@@ -215,7 +217,9 @@ impl LockedSock<'_> {
         // SAFETY: reading the current task's signal state is always safe.
         if unsafe { bindings::signal_pending(bindings::get_current()) } != 0 {
             // SAFETY: pure computation on the timeout.
-            return Err(Error::from_errno(unsafe { bindings::sock_intr_errno(*timeo) }));
+            return Err(Error::from_errno(unsafe {
+                bindings::sock_intr_errno(*timeo)
+            }));
         }
         Ok(())
     }
