@@ -77,7 +77,8 @@ impl FreeList {
         Ok(())
     }
 
-    /// Whether buffer `i` is free.
+    /// Whether buffer `i` is free (for the KUnit suites).
+    #[cfg(zcrx_kunit)]
     pub(crate) fn is_free(&self, i: u32) -> bool {
         (i as usize) < self.n && self.free[i as usize / 64] & (1u64 << (i % 64)) != 0
     }

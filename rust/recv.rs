@@ -486,17 +486,18 @@ mod tests {
             writes: 0,
             fail_at_write: None,
         };
-        let mut b = RecordBatch::new(&mut s, 1000);
-        for i in 0..(BATCH as u64 * 2 + 3) {
-            if b.buffer_full() {
-                b.flush()?;
+        {
+            let mut b = RecordBatch::new(&mut s, 1000);
+            for i in 0..(BATCH as u64 * 2 + 3) {
+                if b.buffer_full() {
+                    b.flush()?;
+                }
+                b.push(rec(i));
             }
-            b.push(rec(i));
+            b.flush()?;
+            assert_eq!(b.delivered(), BATCH as u32 * 2 + 3);
+            assert_eq!(b.delivered_bytes(), 100 * (BATCH as u64 * 2 + 3));
         }
-        b.flush()?;
-        assert_eq!(b.delivered(), BATCH as u32 * 2 + 3);
-        assert_eq!(b.delivered_bytes(), 100 * (BATCH as u64 * 2 + 3));
-        drop(b);
         assert_eq!(s.writes, 3);
         assert_eq!(s.got.len(), BATCH * 2 + 3);
         assert_eq!(s.got[BATCH + 1].off, (BATCH as u64 + 1) * PAGE_SIZE as u64);

@@ -63,7 +63,8 @@ impl UserRefs {
         r.xchg(0, Relaxed)
     }
 
-    /// Current count of buffer `i`.
+    /// Current count of buffer `i` (for the KUnit suites).
+    #[cfg(zcrx_kunit)]
     pub(crate) fn count(&self, i: usize) -> u32 {
         self.refs[i].load(Relaxed)
     }

@@ -264,7 +264,7 @@ impl MemoryProvider for Zcrx {
             pr_warn!("page pool DMA device is not the queue's\n");
             return Err(EINVAL);
         }
-        if !pool.dma_map() || !pool.from_device() {
+        if !pool.dma_map() || !pool.dma_from_device() {
             return Err(EOPNOTSUPP);
         }
         if pool.order() != 0 {

@@ -92,7 +92,7 @@ impl DmaMapping {
                 pages.as_raw_slice().as_ptr().cast_mut().cast(),
                 n,
                 0,
-                size as _,
+                size,
                 u32::MAX,
                 bindings::GFP_KERNEL,
             )
@@ -104,7 +104,7 @@ impl DmaMapping {
                 dev.as_raw(),
                 sgt.get(),
                 bindings::dma_data_direction_DMA_FROM_DEVICE,
-                ATTRS as _,
+                ATTRS,
             )
         };
         if ret < 0 {
@@ -142,7 +142,7 @@ impl Drop for DmaMapping {
                 self.dev.as_raw(),
                 self.sgt.get(),
                 bindings::dma_data_direction_DMA_FROM_DEVICE,
-                ATTRS as _,
+                ATTRS,
             );
             bindings::sg_free_table(self.sgt.get());
         }

@@ -13,5 +13,5 @@ pub(crate) mod shared;
 /// CPU speculate past a bounds check with an out-of-range index.
 pub(crate) fn index_nospec(idx: usize, size: usize) -> usize {
     // SAFETY: pure computation.
-    unsafe { kernel::bindings::array_index_nospec(idx as _, size as _) as usize }
+    unsafe { kernel::bindings::array_index_nospec(idx, size) }
 }

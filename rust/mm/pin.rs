@@ -50,7 +50,7 @@ impl PinnedPages {
         if got_n != npages {
             if got_n > 0 {
                 // SAFETY: the first `got_n` entries were pinned just now.
-                unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), got_n as _) };
+                unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), got_n) };
             }
             return Err(if got < 0 {
                 explain_pin_error(Error::from_errno(got as i32), addr, npages)
@@ -61,7 +61,7 @@ impl PinnedPages {
         }
         let mut pages = KVVec::with_capacity(npages, GFP_KERNEL).inspect_err(|_| {
             // SAFETY: all `npages` entries are pinned.
-            unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), npages as _) };
+            unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), npages) };
         })?;
         for p in raw.iter() {
             // `pin_user_pages_fast` returned `npages`, so all are non-null;
@@ -110,9 +110,7 @@ impl PinnedPages {
 impl Drop for PinnedPages {
     fn drop(&mut self) {
         // SAFETY: by the type invariant every page is pinned once by us.
-        unsafe {
-            bindings::unpin_user_pages(self.pages.as_mut_ptr().cast(), self.pages.len() as _)
-        };
+        unsafe { bindings::unpin_user_pages(self.pages.as_mut_ptr().cast(), self.pages.len()) };
     }
 }
 
@@ -161,7 +159,7 @@ impl LockedVmCharge {
         let task = kernel::current!();
         let mm: ARef<Mm> = ARef::from(&**task.mm().ok_or(ESRCH)?);
         // SAFETY: `mm` is live (we hold an mmgrab reference).
-        let ret = unsafe { bindings::account_locked_vm(mm.as_raw(), npages as _, true) };
+        let ret = unsafe { bindings::account_locked_vm(mm.as_raw(), npages, true) };
         kernel::error::to_result(ret)?;
         Ok(Self { mm, npages })
     }
@@ -171,6 +169,6 @@ impl Drop for LockedVmCharge {
     fn drop(&mut self) {
         // SAFETY: by the type invariant these pages are charged to `mm`,
         // which our reference keeps allocated.
-        unsafe { bindings::account_locked_vm(self.mm.as_raw(), self.npages as _, false) };
+        unsafe { bindings::account_locked_vm(self.mm.as_raw(), self.npages, false) };
     }
 }

@@ -36,7 +36,7 @@ impl SharedMem {
     pub(crate) fn new(len: usize) -> Result<Self> {
         let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or(EINVAL)?;
         // SAFETY: plain allocation.
-        let ptr = unsafe { bindings::vmalloc_user_noprof(len as _) };
+        let ptr = unsafe { bindings::vmalloc_user_noprof(len) };
         NonNull::new(ptr.cast())
             .map(|ptr| Self { ptr, len })
             .ok_or(ENOMEM)

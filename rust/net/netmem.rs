@@ -163,7 +163,7 @@ impl<'a> Netmem<'a> {
     /// Whether this is a net_iov (provider memory) rather than a page.
     pub(crate) fn is_net_iov(self) -> bool {
         // `netmem_is_net_iov()`: the tag bit.
-        self.0 as usize & bindings::NET_IOV as usize != 0
+        self.0 & bindings::NET_IOV as usize != 0
     }
 
     /// Takes one more page-pool reference (`page_pool_ref_netmem`).
@@ -182,14 +182,14 @@ impl<'a> Netmem<'a> {
     /// Drops `nr` page-pool references; returns the count left.
     pub(crate) fn pp_unref(self, nr: i64) -> i64 {
         // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_unref_netmem(self.0, nr as _) as i64 }
+        unsafe { bindings::page_pool_unref_netmem(self.0, nr as isize) as i64 }
     }
 
     /// Sets the page-pool reference count of a buffer that is not in a pool
     /// (copy fallback buffers) to `nr`.
     pub(crate) fn pp_set_refs(self, nr: i64) {
         // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_fragment_netmem(self.0, nr as _) }
+        unsafe { bindings::page_pool_fragment_netmem(self.0, nr as isize) }
     }
 
     /// The buffer's DMA address.

@@ -57,7 +57,7 @@ impl PagePool {
     }
 
     /// Whether the pool's buffers are only written by the device.
-    pub(crate) fn from_device(&self) -> bool {
+    pub(crate) fn dma_from_device(&self) -> bool {
         self.raw().p.dma_dir == bindings::dma_data_direction_DMA_FROM_DEVICE
     }
 

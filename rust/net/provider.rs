@@ -98,6 +98,12 @@ unsafe fn provider_of<'a, T: MemoryProvider>(pp: &'a PagePool) -> ArcBorrow<'a, 
     unsafe { ArcBorrow::from_raw(pp.mp_priv().cast::<T>()) }
 }
 
+/// `memory_provider_ops::alloc_netmems` of providers of type `T`.
+///
+/// # Safety
+///
+/// Called by the page pool core only, with a live pool that uses these ops
+/// (so its `mp_priv` came from a binding of `T`) and an empty cache.
 unsafe extern "C" fn alloc_netmems<T: MemoryProvider>(
     pp: *mut bindings::page_pool,
     _gfp: bindings::gfp_t,
@@ -117,6 +123,12 @@ unsafe extern "C" fn alloc_netmems<T: MemoryProvider>(
     batch.finish()
 }
 
+/// `memory_provider_ops::release_netmem` of providers of type `T`.
+///
+/// # Safety
+///
+/// Called by the page pool core only, with a live pool that uses these ops
+/// and a netmem of that pool.
 unsafe extern "C" fn release_netmem<T: MemoryProvider>(
     pp: *mut bindings::page_pool,
     netmem: bindings::netmem_ref,
@@ -133,6 +145,11 @@ unsafe extern "C" fn release_netmem<T: MemoryProvider>(
     false
 }
 
+/// `memory_provider_ops::init` of providers of type `T`.
+///
+/// # Safety
+///
+/// Called by the page pool core only, with a live pool that uses these ops.
 unsafe extern "C" fn init<T: MemoryProvider>(pp: *mut bindings::page_pool) -> i32 {
     // SAFETY: the core passes a live pool.
     let pool = unsafe { PagePool::from_raw(pp) };
@@ -152,6 +169,12 @@ unsafe extern "C" fn init<T: MemoryProvider>(pp: *mut bindings::page_pool) -> i3
     }
 }
 
+/// `memory_provider_ops::destroy` of providers of type `T`.
+///
+/// # Safety
+///
+/// Called by the page pool core only, once, for a pool whose `init`
+/// succeeded.
 unsafe extern "C" fn destroy<T: MemoryProvider>(pp: *mut bindings::page_pool) {
     // SAFETY: the core passes a live pool.
     let pool = unsafe { PagePool::from_raw(pp) };
@@ -162,6 +185,11 @@ unsafe extern "C" fn destroy<T: MemoryProvider>(pp: *mut bindings::page_pool) {
     drop(this);
 }
 
+/// `memory_provider_ops::nl_fill`: nothing to add.
+///
+/// # Safety
+///
+/// Called by the netdev netlink code only; it touches none of its arguments.
 unsafe extern "C" fn nl_fill(
     _mp_priv: *mut c_void,
     _rsp: *mut bindings::sk_buff,
@@ -172,6 +200,12 @@ unsafe extern "C" fn nl_fill(
     0
 }
 
+/// `memory_provider_ops::uninstall` of providers of type `T`.
+///
+/// # Safety
+///
+/// Called by the core only, with the `mp_priv` of a binding of `T` whose
+/// queue is still bound.
 unsafe extern "C" fn uninstall<T: MemoryProvider>(
     mp_priv: *mut c_void,
     _rxq: *mut bindings::netdev_rx_queue,

@@ -236,7 +236,7 @@ impl LockedSock<'_> {
         // SAFETY: all-zero is a valid read descriptor; we set what we use.
         let mut desc: bindings::read_descriptor_t = unsafe { core::mem::zeroed() };
         desc.count = usize::MAX;
-        desc.arg.data = (&mut state as *mut ActorState<'_, F>).cast::<c_void>();
+        desc.arg.data = core::ptr::from_mut(&mut state).cast::<c_void>();
         // SAFETY: the sock is live and locked; `desc` and `state` outlive the
         // call; `read_actor::<F>` matches `state`'s type.
         let ret = unsafe { bindings::tcp_read_sock(self.sk(), &mut desc, Some(read_actor::<F>)) };
@@ -264,6 +264,13 @@ struct ActorState<'a, F> {
     error: Option<Error>,
 }
 
+/// The `sk_read_actor_t` that [`LockedSock::read`] gives `tcp_read_sock()`.
+///
+/// # Safety
+///
+/// Called by `tcp_read_sock()` only, with the descriptor [`LockedSock::read`]
+/// set up (its `arg.data` points to a live `ActorState<'_, F>`) and a live
+/// skb of the locked socket.
 unsafe extern "C" fn read_actor<F>(
     desc: *mut bindings::read_descriptor_t,
     skb: *mut bindings::sk_buff,
