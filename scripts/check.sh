@@ -12,7 +12,9 @@ usage: scripts/check.sh [--flavour fast|debug] [--debug] [--timeout SECONDS]
 
 Expects the kernel(s), module(s), iou-zcrx and tools built (make check does that).
   1. host: cargo test of tools/ (includes the uAPI layout test against gcc),
-     the generated uAPI file up to date, checkpatch --strict of the series
+     the generated uAPI file up to date, checkpatch --strict of the series,
+     the module rustfmt-clean with the kernel's .rustfmt.toml and free of
+     clippy warnings (make CLIPPY=1, test and plain builds)
   2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
   3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
      injection): KUnit + the selftest, streams scaled down (16 MiB big stream, others /8)
@@ -47,6 +49,30 @@ host_check() {
 	fi
 }
 
+# The module in the kernel's style: rustfmt with the tree's .rustfmt.toml
+# (edition 2021), from the crate root through every `mod`.
+module_rustfmt() {
+	command -v rustfmt >/dev/null || { echo "rustfmt not found"; return 1; }
+	rustfmt --config-path "$ZCRX_CACHE/linux/src/.rustfmt.toml" --edition 2021 \
+		--check "$ZCRX_TOP/rust/zcrx_rs.rs"
+}
+
+# `make CLIPPY=1` of the module, test build and plain build, into scratch
+# directories (a cached build would print nothing): any warning fails.
+module_clippy() {
+	local kunit out rc=0
+	command -v clippy-driver >/dev/null || { echo "clippy-driver not found"; return 1; }
+	kbuild_env
+	for kunit in 1 0; do
+		rm -rf "$B/clippy-module-$kunit"
+		out=$(make -s -C "$B" M="$ZCRX_TOP" MO="$B/clippy-module-$kunit" \
+			CLIPPY=1 ZCRX_KUNIT=$kunit modules 2>&1) || rc=1
+		echo "$out"
+		! echo "$out" | grep -qE '^(warning|error)' || rc=1
+	done
+	return $rc
+}
+
 # 1. host
 stage_begin host-tests
 cargo test --release --quiet --manifest-path "$ZCRX_TOP/tools/Cargo.toml" > "$OUT/host-tests.log" 2>&1
@@ -60,7 +86,9 @@ pass=$((pass + hp)) fail=$((fail + hf))
 [ "$hf" -eq 0 ] || bad="$bad host-tests"
 host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
 host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
-lines="host: cargo test $hp passed/$hf failed, plus uAPI and checkpatch checks"
+host_check module-rustfmt-kernel-style module_rustfmt
+host_check module-clippy-clean module_clippy
+lines="host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt and clippy checks"
 stage_end
 
 # 2./3. a VM suite: count every ok/not ok line of the guest's KTAP.
