@@ -43,6 +43,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -f "$ZCRX_TOP/scripts/config/$flavour.config" ] || die "unknown flavour '$flavour' (fast or debug)"
+case " $steps " in *" print-dir "*) ;; *) cache_lock ;; esac
 steps=${steps:-"source config build"}
 
 SRC=$ZCRX_CACHE/linux/src

@@ -43,6 +43,19 @@ stage_end() {
 	msg "stage $_stage_name done in ${dt}s"
 }
 
+# Serialises the builds of one cache (kernel tree, kernel, module, tools):
+# two at once corrupt each other's objects (seen: "fixdep: error opening
+# file: io_uring/.kbuf.o.d"). The lock is held until the calling script
+# exits; a second build waits for it and says so.
+cache_lock() {
+	mkdir -p "$ZCRX_CACHE"
+	exec 9>"$ZCRX_CACHE/build.lock"
+	if ! flock -n 9; then
+		msg "another build is using $ZCRX_CACHE; waiting for it (build.lock)"
+		flock 9
+	fi
+}
+
 # The environment every kernel and module build needs.
 kbuild_env() {
 	export LLVM=$LLVM_SUFFIX
