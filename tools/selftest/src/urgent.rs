@@ -521,7 +521,8 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         // A RECV that does not stop at the mark waits for SO_RCVLOWAT
         // bytes that never come: end it (and fail) instead of hanging.
-        s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        const RCVTIMEO: Duration = Duration::from_secs(20);
+        s.set_read_timeout(Some(RCVTIMEO)).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
         let t0 = Instant::now();
         loop {
             let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
@@ -542,9 +543,16 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
         ready_rx.store(true, std::sync::atomic::Ordering::Release);
         let mut recs = vec![Rec::default(); 128];
         let mut data = Vec::new();
+        let t_recv = Instant::now();
         let got = z.recv(s.as_raw_fd(), &mut recs, 0);
+        let took = t_recv.elapsed();
         fd_rx.store(true, std::sync::atomic::Ordering::Release);
         let got = got.map_err(|e| format!("first recv: {e}"))?;
+        // Not a performance bound: only SO_RCVTIMEO firing takes this long
+        // (a call that reached the mark and waited for more anyway).
+        if took >= RCVTIMEO {
+            return Err(format!("first RECV returned only when SO_RCVTIMEO ({RCVTIMEO:?}) ran out"));
+        }
         for r in &recs[..got.records] {
             data.extend_from_slice(z.data(r));
         }
