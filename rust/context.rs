@@ -64,7 +64,7 @@ impl MiscDevice for Context {
             try_pin_init!(Context {
                 inner <- new_mutex!(Inner { area: None, zcrx: None }, "Context::inner"),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?;
         GLOBAL.contexts.add(1);
         Ok(ctx)
@@ -86,10 +86,6 @@ impl MiscDevice for Context {
 
     fn mmap(me: Pin<&Context>, _file: &File, vma: &VmaNew) -> Result {
         let zcrx = me.inner.lock().zcrx.clone().ok_or(EINVAL)?;
-        // SAFETY: reading the page offset of a vma being set up is safe.
-        if unsafe { (*vma.as_ptr()).vm_pgoff } != 0 {
-            return Err(EINVAL);
-        }
         vma.try_clear_mayexec()?;
         zcrx.ring().mem().mmap(vma)
     }
@@ -154,12 +150,18 @@ impl Context {
             return Err(EPERM);
         }
         let entries = refill::ring_entries(req.rq_entries)?;
-        let area = {
+        // A context binds one queue at a time; after UNBIND (or the device
+        // going away) it may bind again, with a new refill ring. Buffers
+        // the user holds from the earlier binding stay valid and go back
+        // through the new ring.
+        let (area, old) = {
             let inner = self.inner.lock();
-            if inner.zcrx.is_some() {
-                return Err(EBUSY);
+            if let Some(z) = &inner.zcrx {
+                if z.is_bound() {
+                    return Err(EBUSY);
+                }
             }
-            inner.area.clone().ok_or(EINVAL)?
+            (inner.area.clone().ok_or(EINVAL)?, inner.zcrx.clone())
         };
         let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
         req.rq_entries = entries;
@@ -172,17 +174,25 @@ impl Context {
         req.mmap_len = refill::ring_bytes(entries) as u64;
         let published = w.write(&req).and_then(|()| {
             let mut inner = self.inner.lock();
-            if inner.zcrx.is_some() {
-                // Another thread bound meanwhile (the area is mapped once,
-                // so this cannot normally happen).
+            let unchanged = match (&inner.zcrx, &old) {
+                (None, None) => true,
+                (Some(cur), Some(old)) => Arc::ptr_eq(cur, old),
+                _ => false,
+            };
+            if !unchanged {
+                // Another thread bound meanwhile.
                 return Err(EBUSY);
             }
             inner.zcrx = Some(zcrx.clone());
             Ok(())
         });
         if let Err(e) = published {
-            zcrx.unbind();
+            let _ = zcrx.unbind();
             return Err(e);
+        }
+        if let Some(old) = old {
+            // Entries the user put on the old ring before binding again.
+            old.drain_refill();
         }
         Ok(0)
     }
@@ -193,8 +203,12 @@ impl Context {
         if req.flags & !ZCRX_RS_RECV_DONTWAIT != 0 || req.__pad != 0 || !is_zero(&req.__resv) {
             return Err(EINVAL);
         }
-        if req.nr_recs == 0 || req.nr_recs > MAX_RECS || req.recs == 0 {
+        if req.nr_recs == 0 || req.nr_recs > MAX_RECS {
             return Err(EINVAL);
+        }
+        if req.recs == 0 {
+            // Like recv() with a NULL buffer.
+            return Err(EFAULT);
         }
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
         let sock = TcpSocket::from_fd(req.sockfd)?;
@@ -216,7 +230,7 @@ impl Context {
         if let Some(area) = &inner.area {
             st.area_buffers = area.nbufs() as u64;
             st.free_buffers = area.free_count() as u64;
-            st.user_held = area.urefs().held();
+            st.user_held = area.user_held();
         }
         if let Some(z) = &inner.zcrx {
             let s = &z.stats;
@@ -235,10 +249,7 @@ impl Context {
 
     fn unbind(&self) -> Result<isize> {
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
-        if !zcrx.is_bound() {
-            return Err(ENODEV);
-        }
-        zcrx.unbind();
+        zcrx.unbind()?;
         Ok(0)
     }
 }
@@ -253,7 +264,8 @@ impl PinnedDrop for Context {
             (inner.zcrx.take(), inner.area.take())
         };
         if let Some(zcrx) = zcrx {
-            zcrx.unbind();
+            // Not bound any more (UNBIND, device gone) is fine here.
+            let _ = zcrx.unbind();
             zcrx.scrub();
         }
         drop(area);

@@ -20,6 +20,7 @@ use kernel::{prelude::*, transmute::AsBytes, uaccess::UserSliceWriter};
 
 use crate::mm::pin::PAGE_SIZE;
 use crate::net::{
+    netmem::FragBuf,
     skb::SkBuff,
     sock::{ActorResult, LockedSock, TcpSocket, TcpState},
 };
@@ -28,6 +29,12 @@ use crate::zcrx::Zcrx;
 
 /// Records buffered before they are written to user memory.
 pub(crate) const BATCH: usize = 32;
+
+/// Most bytes one call copies (the copy fallback runs under the socket
+/// lock, which the softirq side of the socket waits for): like a `recv()`
+/// with a 1 MiB buffer. Zero-copy records cost no copy and are not bounded
+/// beyond the caller's record array.
+pub(crate) const COPY_BUDGET: u64 = 1 << 20;
 
 /// Where records go (user memory, or a test's buffer).
 pub(crate) trait RecordSink {
@@ -139,6 +146,8 @@ enum Stop {
     RecordsFull,
     /// Writing records to the user failed.
     Fault,
+    /// This call copied [`COPY_BUDGET`] bytes.
+    CopyBudget,
 }
 
 /// What one receive call handed out, added to the binding's stats once at
@@ -176,11 +185,25 @@ impl<S: RecordSink> Drop for Walker<'_, S> {
 }
 
 impl<S: RecordSink> Walker<'_, S> {
-    /// Gives back the buffers of records that never reached the user.
+    /// Gives back the buffers of records that never reached the user, and
+    /// takes them out of the tally: STATS counts what the user got.
     fn drop_pending(&mut self) {
         let zcrx = self.zcrx;
+        let tally = &mut self.tally;
         self.batch.take_pending(|r| {
-            let _ = zcrx.user_return(r.off as usize / PAGE_SIZE);
+            let len = u64::from(r.len);
+            if r.flags & ZCRX_RS_REC_COPY != 0 {
+                tally.copy_bytes -= len;
+                tally.copy_records -= 1;
+            } else {
+                tally.zc_bytes -= len;
+                tally.zc_records -= 1;
+            }
+            if !zcrx.user_return(r.off as usize / PAGE_SIZE) {
+                // The reference was taken by this call and the user never
+                // saw the record: it cannot be gone.
+                pr_warn!("recv: lost the reference of a pending record\n");
+            }
         });
     }
 
@@ -240,8 +263,9 @@ impl<S: RecordSink> Walker<'_, S> {
             let fend = start + frag.size() as usize;
             if off < fend && off < end {
                 let n = fend.min(end) - off;
-                let done = match self.zcrx.area().niovs().index_of(frag.netmem()) {
-                    Some(idx) => self.zero_copy(idx, frag.off() as usize + (off - start), n)?,
+                let zcrx = self.zcrx;
+                let done = match zcrx.area().niovs().lookup(frag) {
+                    Some(buf) => self.zero_copy(buf, frag.off() as usize + (off - start), n)?,
                     // Another provider's memory: not readable, not ours.
                     None if frag.netmem().is_net_iov() => return Err(EFAULT),
                     None => self.copy(skb, off, n)?,
@@ -269,18 +293,18 @@ impl<S: RecordSink> Walker<'_, S> {
         Ok(off - offset as usize)
     }
 
-    /// Hands `n` bytes at `boff` of our buffer `idx` to the user.
-    fn zero_copy(&mut self, idx: usize, boff: usize, n: usize) -> Result<usize> {
+    /// Hands `n` bytes at `boff` of our buffer `buf` to the user.
+    fn zero_copy(&mut self, buf: FragBuf<'_>, boff: usize, n: usize) -> Result<usize> {
         if boff + n > PAGE_SIZE {
             return Err(EFAULT);
         }
         if !self.make_room() {
             return Ok(0);
         }
-        // The skb keeps its reference; ours keeps the buffer from being
-        // recycled while the user reads it. Take it before the user ref.
-        self.zcrx.area().niovs().netmem(idx).pp_ref();
-        self.zcrx.area().urefs().get(idx);
+        let idx = buf.idx();
+        // The skb keeps its reference; the user's keeps the buffer from
+        // being recycled while the user reads it.
+        buf.give_to_user();
         self.batch.push(zcrx_rs_rec {
             off: (idx * PAGE_SIZE + boff) as u64,
             len: n as u32,
@@ -296,25 +320,26 @@ impl<S: RecordSink> Walker<'_, S> {
         let area = self.zcrx.area();
         let mut done = 0;
         while done < n {
+            if self.tally.copy_bytes >= COPY_BUDGET {
+                self.stop.get_or_insert(Stop::CopyBudget);
+                break;
+            }
             if !self.make_room() {
                 break;
             }
-            let Some(idx) = area.alloc_free() else {
+            let Some(buf) = area.niovs().take_free() else {
                 self.stop = Some(Stop::NoBuffers);
                 break;
             };
+            let idx = buf.idx();
             let chunk = (n - done).min(PAGE_SIZE);
-            if let Err(e) = area
-                .pages()
-                .copy_from_skb(idx, skb, (off + done) as u32, chunk)
-            {
-                area.release(idx);
-                return Err(e);
-            }
+            // On failure `buf` goes back to the free list as it drops.
+            area.pages().with_mapped(idx, |page| {
+                skb.copy_bits_to_page((off + done) as u32, page, chunk)
+            })?;
             // A copy buffer belongs to no pool; its one reference is the
             // user's, dropped when the user returns it.
-            area.niovs().netmem(idx).pp_set_refs(1);
-            area.urefs().get(idx);
+            buf.give_to_user();
             self.batch.push(zcrx_rs_rec {
                 off: (idx * PAGE_SIZE) as u64,
                 len: chunk as u32,
@@ -360,7 +385,7 @@ pub(crate) fn recv<S: RecordSink>(
         stop: None,
         tally: Tally::default(),
     };
-    let mut lock = sock.lock();
+    let mut lock = sock.lock()?;
     if lock.state() == TcpState::Listen {
         return Err(ENOTCONN);
     }
@@ -407,7 +432,7 @@ pub(crate) fn recv<S: RecordSink>(
             }
             Some(Stop::NoBuffers) => return Err(ENOBUFS),
             Some(Stop::Fault) => return Err(EFAULT),
-            Some(Stop::RecordsFull) | None => {}
+            Some(Stop::RecordsFull) | Some(Stop::CopyBudget) | None => {}
         }
         if eof_or_error(&lock)? {
             break;

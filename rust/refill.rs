@@ -95,16 +95,21 @@ impl RefillRing {
         })
     }
 
+    /// Number of entries.
+    pub(crate) fn entries(&self) -> u32 {
+        self.entries
+    }
+
     /// The memory, to mmap.
     pub(crate) fn mem(&self) -> &SharedMem {
         &self.mem
     }
 
     fn index(&self, off: u32) -> &AtomicU32 {
-        // SAFETY: `off` is HEAD_OFF or TAIL_OFF, 4-byte aligned and inside
-        // the (page aligned) ring memory, which lives as long as `self`.
-        // User space may write these words concurrently: atomics only.
-        unsafe { &*self.mem.as_ptr().add(off as usize).cast::<AtomicU32>() }
+        // `off` is HEAD_OFF or TAIL_OFF: aligned, inside the ring (type
+        // invariant), so this cannot fail; a zero word stands in if it did.
+        static ZERO: AtomicU32 = AtomicU32::new(0);
+        self.mem.atomic_u32(off as usize).unwrap_or(&ZERO)
     }
 
     /// Entries the user has published past `head`, at most the ring size.
@@ -113,19 +118,23 @@ impl RefillRing {
         tail.wrapping_sub(head).min(self.entries)
     }
 
-    /// Reads entry `pos` (modulo the ring size) once: `(off, pad)`.
+    /// Reads entry `pos` (modulo the ring size) once: `(off, pad)`. The
+    /// user may change the entry at any time: the caller validates this
+    /// copy.
     pub(crate) fn read(&self, pos: u32) -> (u64, u32) {
         let i = (pos & (self.entries - 1)) as usize;
-        let p = self.mem.as_ptr().wrapping_add(RQES_OFF as usize + i * 16);
-        // SAFETY: `i < entries`, so the 16-byte entry is inside the memory
-        // (type invariant). Volatile: the user may change it at any time, we
-        // read each field exactly once and validate the copy.
-        unsafe {
-            (
-                core::ptr::read_volatile(p.cast::<u64>()),
-                core::ptr::read_volatile(p.add(12).cast::<u32>()),
-            )
-        }
+        let at = RQES_OFF as usize + i * core::mem::size_of::<uapi::zcrx_rs_rqe>();
+        // `i < entries`: inside the ring (type invariant), so this cannot
+        // fail; an entry with a bad pad stands in if it did.
+        let rqe = self
+            .mem
+            .read::<uapi::zcrx_rs_rqe>(at)
+            .unwrap_or(uapi::zcrx_rs_rqe {
+                off: 0,
+                len: 0,
+                __pad: u32::MAX,
+            });
+        (rqe.off, rqe.__pad)
     }
 
     /// Publishes the consumer position: entries before `head` may be reused.

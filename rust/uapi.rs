@@ -20,30 +20,68 @@ mod generated {
 
 pub(crate) use generated::*;
 
-use kernel::{
-    ioctl::{_IO, _IOR, _IOWR},
-    transmute::{AsBytes, FromBytes}, //
-};
+use kernel::ioctl::{_IO, _IOR, _IOWR};
 
-macro_rules! pod {
-    ($($t:ty),* $(,)?) => {
-        $(
-            // SAFETY: a `#[repr(C)]` struct of integers with explicit padding
-            // fields (checked by the generated layout assertions): every bit
-            // pattern is valid and it has no implicit padding.
-            unsafe impl FromBytes for $t {}
-            // SAFETY: as above.
-            unsafe impl AsBytes for $t {}
-        )*
-    };
-}
+use crate::mm::pod::pod;
+
 pod!(
-    zcrx_rs_info,
-    zcrx_rs_area_reg,
-    zcrx_rs_bind,
-    zcrx_rs_recv,
-    zcrx_rs_rec,
-    zcrx_rs_stats,
+    zcrx_rs_info {
+        api_version,
+        page_size,
+        features,
+        contexts,
+        areas,
+        pinned_pages,
+        providers,
+        pools,
+        __resv
+    },
+    zcrx_rs_area_reg {
+        addr,
+        len,
+        flags,
+        area_id,
+        __resv
+    },
+    zcrx_rs_ring_offsets {
+        head,
+        tail,
+        rqes,
+        __resv
+    },
+    zcrx_rs_bind {
+        ifindex,
+        rxq,
+        rq_entries,
+        flags,
+        offsets,
+        mmap_len,
+        __resv
+    },
+    zcrx_rs_rqe { off, len, __pad },
+    zcrx_rs_recv {
+        sockfd,
+        flags,
+        recs,
+        nr_recs,
+        __pad,
+        bytes,
+        __resv
+    },
+    zcrx_rs_rec { off, len, flags },
+    zcrx_rs_stats {
+        zc_bytes,
+        zc_records,
+        copy_bytes,
+        copy_records,
+        alloc_fail,
+        refill_bad,
+        refill_ok,
+        user_held,
+        area_buffers,
+        free_buffers,
+        __resv
+    },
 );
 
 /// `ZCRX_RS_IOC_INFO`.

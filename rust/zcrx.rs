@@ -4,16 +4,17 @@
 //! A binding of an area to one rx queue: the memory provider proper.
 //!
 //! [`Zcrx`] is the provider's private data (`mp_priv`). It is shared by the
-//! context that created it, the rx queue binding (through the context,
-//! which always unbinds before it lets go), and every page pool created for
-//! the queue (from `init` to `destroy`, see [`crate::net::provider`]). It
-//! is freed when the last of them is gone, so no pool can ever hand out a
-//! buffer of freed memory.
+//! context that created it, the rx queue's [`Binding`] (which owns a
+//! reference from bind to unbind or uninstall), and every page pool created
+//! for the queue (from `init` to `destroy`, see [`crate::net::provider`]).
+//! It is freed when the last of them is gone, so no pool can ever hand out
+//! a buffer of freed memory.
 //!
-//! Lock order: `netdev` (mutex) → the device's instance lock (taken by
-//! [`Zcrx::unbind`] after releasing `netdev`, so never nested with the
-//! core's lock → `netdev` order of `uninstall`). `ring_head` (BH spinlock)
-//! nests inside nothing and takes the area's free list lock.
+//! Lock order: `state` (mutex) is never held while the device's instance
+//! lock is taken ([`Zcrx::unbind`] takes the binding out first), so it
+//! never nests against the core's lock → `state` order of `uninstall`.
+//! `ring_head` (BH spinlock) nests inside nothing and takes the area's
+//! free list lock.
 
 use kernel::{
     new_mutex, new_spinlock_bh,
@@ -22,17 +23,32 @@ use kernel::{
 };
 
 use crate::area::Area;
-use crate::mm::{dma::DmaDevice, pin::PAGE_SIZE};
 use crate::net::{
-    netdev::{LockedNetDev, NetDevRefBox},
-    netmem::Netmem,
+    netdev::LockedNetDev,
+    netmem::{DmaUse, Released},
     page_pool::{AllocBatch, PagePool},
-    provider::{self, memory_provider_ops, MemoryProvider},
+    provider::{self, memory_provider_ops, Binding, MemoryProvider, Uninstall},
 };
 use crate::refill::{parse_rqe, RefillRing};
 use crate::stats::{Stats, GLOBAL};
 
 memory_provider_ops!(ZCRX_OPS, Zcrx);
+
+/// Most refill entries [`Zcrx::drain_refill`] handles per hold of the ring
+/// lock (io_uring zcrx takes 32 per hold as well).
+const DRAIN_CHUNK: u32 = 32;
+
+/// Where a binding stands.
+pub(crate) enum BindState {
+    /// Not bound yet (while [`Zcrx::bind`] runs).
+    New,
+    /// The queue is bound to us.
+    Bound(Binding<Zcrx>),
+    /// `UNBIND` (or the context's close) unbound it.
+    Unbound,
+    /// The device went away while bound (its `uninstall`).
+    DeviceGone,
+}
 
 /// One bound rx queue.
 #[pin_data(PinnedDrop)]
@@ -42,11 +58,13 @@ pub(crate) struct Zcrx {
     /// The kernel's consumer position in the refill ring.
     #[pin]
     ring_head: SpinLockBh<u32>,
-    /// The bound device; `None` once unbound or uninstalled.
     #[pin]
-    netdev: Mutex<Option<NetDevRefBox>>,
-    dma_dev: DmaDevice,
-    ifindex: u32,
+    state: Mutex<BindState>,
+    /// This binding's share of the area's DMA mapping, given back once: at
+    /// uninstall (while the device is still there) or drop.
+    #[pin]
+    dma: Mutex<Option<DmaUse>>,
+    dma_dev_id: usize,
     rxq: u32,
     pub(crate) stats: Stats,
 }
@@ -82,37 +100,50 @@ impl Zcrx {
             return Err(EOPNOTSUPP);
         };
         let ring = RefillRing::new(entries)?;
-        let netdev = dev.hold()?;
-        area.map_dma(dma_dev.clone())?;
+        let dma_dev_id = dma_dev.id();
         let area2 = area.clone();
         let zcrx = Arc::pin_init(
             try_pin_init!(Self {
                 area: area2,
                 ring,
                 ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
-                netdev <- new_mutex!(Some(netdev), "Zcrx::netdev"),
-                dma_dev,
-                ifindex,
+                state <- new_mutex!(BindState::New, "Zcrx::state"),
+                dma <- new_mutex!(None, "Zcrx::dma"),
+                dma_dev_id,
                 rxq,
                 stats: Stats::new(),
             }),
-            GFP_KERNEL,
-        )
-        .inspect_err(|_| area.unmap_dma())?;
+            GFP_KERNEL_ACCOUNT,
+        )?;
         GLOBAL.providers.add(1);
-        let params = provider::params(&ZCRX_OPS, &*zcrx);
-        if let Err((e, msg)) = dev.mp_open_rxq(rxq, &params) {
-            pr_info!(
-                "bind {} rxq {}: {} (errno {})\n",
-                dev.name(),
-                rxq,
-                msg.map(|m| m.to_str().unwrap_or("?")).unwrap_or("failed"),
-                -e.to_errno()
-            );
-            // Nothing refers to `zcrx` but us: dropping it unmaps and frees.
-            return Err(e);
+        let share = area.map_dma(dma_dev).inspect_err(|e| {
+            if *e == EBUSY {
+                pr_info!(
+                    "bind {} rxq {}: the area is still mapped for another device\n",
+                    dev.name(),
+                    rxq
+                );
+            }
+        })?;
+        *zcrx.dma.lock() = Some(share);
+        match provider::bind_rxq(&dev, rxq, &ZCRX_OPS, zcrx.clone()) {
+            Ok(b) => {
+                // Under the device lock still: `uninstall` cannot run yet.
+                *zcrx.state.lock() = BindState::Bound(b);
+                Ok(zcrx)
+            }
+            Err((e, msg)) => {
+                pr_info!(
+                    "bind {} rxq {}: {} (errno {})\n",
+                    dev.name(),
+                    rxq,
+                    msg.map(|m| m.to_str().unwrap_or("?")).unwrap_or("failed"),
+                    -e.to_errno()
+                );
+                // Nothing refers to `zcrx` but us: dropping it unmaps.
+                Err(e)
+            }
         }
-        Ok(zcrx)
     }
 
     /// The area.
@@ -127,73 +158,81 @@ impl Zcrx {
 
     /// Whether the queue is still bound to us.
     pub(crate) fn is_bound(&self) -> bool {
-        self.netdev.lock().is_some()
+        matches!(*self.state.lock(), BindState::Bound(_))
     }
 
-    /// Unbinds the queue (it restarts without us). Idempotent; a no-op after
-    /// the device went away.
-    pub(crate) fn unbind(&self) {
-        let Some(netdev) = self.netdev.lock().take() else {
-            return;
+    /// Unbinds the queue (it restarts without us). `EINVAL` if it was
+    /// unbound already, `ENODEV` if the device went away meanwhile.
+    pub(crate) fn unbind(&self) -> Result {
+        let binding = {
+            let mut st = self.state.lock();
+            match core::mem::replace(&mut *st, BindState::Unbound) {
+                BindState::Bound(b) => b,
+                BindState::Unbound | BindState::New => return Err(EINVAL),
+                BindState::DeviceGone => {
+                    *st = BindState::DeviceGone;
+                    return Err(ENODEV);
+                }
+            }
         };
-        let params = provider::params(&ZCRX_OPS, self);
-        netdev.lock().mp_close_rxq(self.rxq, &params);
+        // Out of `state`: this takes the device's instance lock.
+        binding.unbind();
+        Ok(())
     }
 
-    /// Gives buffer `idx`, whose last reference was just dropped, back to
-    /// its pool, or to the free list when it belongs to none (a copy buffer).
-    fn return_buffer(&self, idx: usize) {
-        let niovs = self.area.niovs();
-        match niovs.pool_of(idx) {
-            Some(pool) => pool.put_unrefed(niovs.netmem(idx)),
-            None => self.area.release(idx),
+    /// Gives up this binding's share of the area's DMA mapping; once.
+    fn release_dma(&self) {
+        if let Some(share) = self.dma.lock().take() {
+            self.area.unmap_dma(share);
         }
     }
 
     /// The user gives buffer `idx` back once. False if the user did not
     /// hold it (the caller counts that as a bad refill entry).
     pub(crate) fn user_return(&self, idx: usize) -> bool {
-        if !self.area.urefs().put(idx) {
-            return false;
-        }
-        if self.area.niovs().netmem(idx).pp_unref_and_test() {
-            self.return_buffer(idx);
-        }
-        true
+        self.area.niovs().user_return(idx, None)
     }
 
     /// Takes back every buffer the user still holds (teardown).
     pub(crate) fn scrub(&self) {
-        for idx in 0..self.area.nbufs() {
-            let n = self.area.urefs().take_all(idx);
-            if n != 0 && self.area.niovs().netmem(idx).pp_unref(i64::from(n)) == 0 {
-                self.return_buffer(idx);
-            }
-        }
+        self.area.niovs().scrub_user();
     }
 
     /// Returns every buffer the user put on the refill ring to its pool or
     /// the free list. For when no pool drives the ring: after unbinding, or
     /// when copies need buffers while the queue sees no traffic.
+    ///
+    /// The ring lock (a BH spinlock, which the NAPI side also takes) is
+    /// held for at most [`DRAIN_CHUNK`] entries at a time, and one call
+    /// takes at most one ring's worth of entries.
     pub(crate) fn drain_refill(&self) {
-        let mut head = self.ring_head.lock();
-        let n = self.ring.available(*head);
-        let (mut ok, mut bad) = (0u64, 0u64);
-        for _ in 0..n {
-            let (off, pad) = self.ring.read(*head);
-            *head = head.wrapping_add(1);
-            match parse_rqe(off, pad, self.area.nbufs()) {
-                Ok(idx) if self.user_return(idx) => ok += 1,
-                _ => bad += 1,
+        let mut left = self.ring.entries();
+        while left > 0 {
+            let mut head = self.ring_head.lock();
+            let n = self.ring.available(*head).min(DRAIN_CHUNK).min(left);
+            if n == 0 {
+                break;
             }
+            let (mut ok, mut bad) = (0u64, 0u64);
+            for _ in 0..n {
+                let (off, pad) = self.ring.read(*head);
+                *head = head.wrapping_add(1);
+                match parse_rqe(off, pad, self.area.nbufs()) {
+                    Ok(idx) if self.user_return(idx) => ok += 1,
+                    _ => bad += 1,
+                }
+            }
+            self.ring.set_head(*head);
+            drop(head);
+            self.stats.refill_ok.add(ok);
+            self.stats.refill_bad.add(bad);
+            left -= n;
         }
-        self.ring.set_head(*head);
-        drop(head);
-        self.stats.refill_ok.add(ok);
-        self.stats.refill_bad.add(bad);
     }
 
-    /// Takes buffers from the refill ring for `batch`'s pool.
+    /// Takes buffers from the refill ring for `batch`'s pool: those whose
+    /// last reference this drops and that belong to the pool go straight
+    /// into its cache.
     fn refill_from_ring(&self, batch: &mut AllocBatch<'_>) {
         let mut head = self.ring_head.lock();
         let n = self.ring.available(*head).min(batch.room() as u32);
@@ -205,22 +244,9 @@ impl Zcrx {
         for _ in 0..n {
             let (off, pad) = self.ring.read(*head);
             *head = head.wrapping_add(1);
-            let Ok(idx) = parse_rqe(off, pad, self.area.nbufs()) else {
-                bad += 1;
-                continue;
-            };
-            if !self.area.urefs().put(idx) {
-                bad += 1;
-                continue;
-            }
-            ok += 1;
-            let nm = niovs.netmem(idx);
-            if !nm.pp_unref_and_test() {
-                continue;
-            }
-            match niovs.pool_of(idx) {
-                Some(pool) if core::ptr::eq(pool, batch.pool()) => batch.push(nm),
-                _ => self.return_buffer(idx),
+            match parse_rqe(off, pad, self.area.nbufs()) {
+                Ok(idx) if niovs.user_return(idx, Some(&mut *batch)) => ok += 1,
+                _ => bad += 1,
             }
         }
         self.ring.set_head(*head);
@@ -234,33 +260,27 @@ impl MemoryProvider for Zcrx {
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>) {
         this.refill_from_ring(batch);
         if batch.len() == 0 {
-            this.area.alloc_free_batch(batch);
+            this.area
+                .niovs()
+                .alloc_free_into(batch, this.area.copy_reserve());
         }
         if batch.len() == 0 {
             this.stats.alloc_fail.add(1);
             return;
         }
-        let pool = batch.pool();
-        for nm in batch.netmems() {
-            pool.sync_for_device(nm, PAGE_SIZE as u32);
-        }
+        this.area.niovs().sync_for_device(batch);
     }
 
-    fn release_netmem(this: ArcBorrow<'_, Self>, _pool: &PagePool, nm: Netmem<'_>) {
-        let niovs = this.area.niovs();
-        match niovs.index_of(nm) {
-            Some(idx) => {
-                niovs.detach(idx);
-                this.area.release(idx);
-            }
-            None => pr_warn!("release_netmem: not a buffer of this area\n"),
+    fn release_netmem(this: ArcBorrow<'_, Self>, released: Released<'_>) {
+        if !this.area.niovs().take_released(released) {
+            pr_warn!("release_netmem: not a buffer of this area\n");
         }
     }
 
     fn init(this: ArcBorrow<'_, Self>, pool: &PagePool) -> Result {
         // The core guarantees these for pools created for a bound queue;
         // a mismatch is a bug, not a user error.
-        if !core::ptr::eq(pool.dma_dev(), this.dma_dev.as_raw()) {
+        if pool.dma_dev_id() != this.dma_dev_id {
             pr_warn!("page pool DMA device is not the queue's\n");
             return Err(EINVAL);
         }
@@ -278,18 +298,23 @@ impl MemoryProvider for Zcrx {
         GLOBAL.pools.sub(1);
     }
 
-    fn uninstall(this: ArcBorrow<'_, Self>) {
+    fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>) {
         // The device is being unregistered: forget it and unmap now, while
         // its DMA device is still usable.
-        drop(this.netdev.lock().take());
-        this.area.unmap_dma();
+        let old = core::mem::replace(&mut *this.state.lock(), BindState::DeviceGone);
+        match old {
+            BindState::Bound(b) => b.uninstalled(token),
+            // UNBIND is taking it down at the same time: it keeps its state.
+            other => *this.state.lock() = other,
+        }
+        this.release_dma();
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for Zcrx {
     fn drop(self: Pin<&mut Self>) {
-        self.area.unmap_dma();
+        self.release_dma();
         GLOBAL.providers.sub(1);
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Layout: [`net`] and [`mm`] are the abstraction layer, the only code that
 //! touches `kernel::bindings`; the rest is the provider logic in safe Rust:
-//! [`area`] (pinned user memory), [`freelist`], [`urefs`], [`refill`] (the
+//! [`area`] (pinned user memory), [`refill`] (the
 //! ring), [`zcrx`] (the provider callbacks and bindings), [`recv`] (the
 //! receive walk), [`context`] (the device file), [`uapi`], [`stats`].
 
@@ -23,14 +23,12 @@ use kernel::{
 
 mod area;
 mod context;
-mod freelist;
 mod mm;
 mod net;
 mod recv;
 mod refill;
 mod stats;
 mod uapi;
-mod urefs;
 mod zcrx;
 
 use context::Context;

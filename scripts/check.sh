@@ -57,6 +57,24 @@ module_rustfmt() {
 		--check "$ZCRX_TOP/rust/zcrx_rs.rs"
 }
 
+# The layering rule: `unsafe` and `kernel::bindings` only under rust/net/
+# and rust/mm/, and mm/ not using net/. (That every `unsafe` block has a
+# SAFETY comment is clippy's undocumented_unsafe_blocks, in module_clippy.)
+module_layering() {
+	local bad=0 f
+	cd "$ZCRX_TOP/rust" || return 1
+	for f in $(find . -name '*.rs' ! -path './net/*' ! -path './mm/*'); do
+		if grep -nE '\bunsafe\b|bindings::' "$f" | grep -vE '^[0-9]+:\s*//'; then
+			echo "$f: unsafe or bindings outside rust/net and rust/mm"; bad=1
+		fi
+	done
+	if grep -rnE 'crate::net|super::super::net' mm/ | grep -vE '^[^:]+:[0-9]+:\s*//'; then
+		echo "mm/ uses net/"; bad=1
+	fi
+	echo "unsafe outside rust/net and rust/mm: $( (find . -name '*.rs' ! -path './net/*' ! -path './mm/*' -exec grep -hE '\bunsafe\b' {} + | grep -vcE '^\s*//') || true)"
+	return $bad
+}
+
 # `make CLIPPY=1` of the module, test build and plain build, into scratch
 # directories (a cached build would print nothing): any warning fails.
 module_clippy() {
@@ -88,7 +106,8 @@ host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
 host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
 host_check module-rustfmt-kernel-style module_rustfmt
 host_check module-clippy-clean module_clippy
-lines="host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt and clippy checks"
+host_check module-unsafe-only-in-net-mm module_layering
+lines="host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy and layering checks"
 stage_end
 
 # 2./3. a VM suite: count every ok/not ok line of the guest's KTAP.

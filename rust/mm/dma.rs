@@ -8,6 +8,7 @@ use core::ptr::NonNull;
 use kernel::{
     bindings,
     prelude::*,
+    sync::Arc,
     types::Opaque, //
 };
 
@@ -41,9 +42,14 @@ impl DmaDevice {
         DmaDevice(dev)
     }
 
-    /// The raw device, to compare with a page pool's.
-    pub(crate) fn as_raw(&self) -> *mut bindings::device {
+    fn as_raw(&self) -> *mut bindings::device {
         self.0.as_ptr()
+    }
+
+    /// An identity of the device (its address), to compare with a page
+    /// pool's.
+    pub(crate) fn id(&self) -> usize {
+        self.0.as_ptr() as usize
     }
 }
 
@@ -65,12 +71,13 @@ impl Drop for DmaDevice {
 ///
 /// # Invariants
 ///
-/// `sgt` is an allocated scatterlist of the pages, mapped for `dev` with
-/// `ATTRS`; drop unmaps and frees it. The pages stay pinned at least as long
-/// (the owner drops this first).
+/// `sgt` is an allocated scatterlist of `pages`, mapped for `dev` with
+/// `ATTRS`; drop unmaps and frees it. The mapping owns a reference to the
+/// pages, so they stay pinned until it is unmapped.
 pub(crate) struct DmaMapping {
     dev: DmaDevice,
     sgt: KBox<Opaque<bindings::sg_table>>,
+    _pages: Arc<PinnedPages>,
 }
 
 // SAFETY: mappings may be torn down from any thread.
@@ -80,8 +87,8 @@ unsafe impl Sync for DmaMapping {}
 
 impl DmaMapping {
     /// Maps `pages` for `dev`.
-    pub(crate) fn new(dev: DmaDevice, pages: &PinnedPages) -> Result<Self> {
-        let sgt = KBox::new(Opaque::<bindings::sg_table>::zeroed(), GFP_KERNEL)?;
+    pub(crate) fn new(dev: DmaDevice, pages: Arc<PinnedPages>) -> Result<Self> {
+        let sgt = KBox::new(Opaque::<bindings::sg_table>::zeroed(), GFP_KERNEL_ACCOUNT)?;
         let n = u32::try_from(pages.len()).map_err(|_| EINVAL)?;
         let size = pages.len() * PAGE_SIZE;
         // SAFETY: `sgt` is a zeroed table we own; the page array is valid
@@ -89,12 +96,12 @@ impl DmaMapping {
         let ret = unsafe {
             bindings::sg_alloc_table_from_pages_segment(
                 sgt.get(),
-                pages.as_raw_slice().as_ptr().cast_mut().cast(),
+                pages.as_raw_slice().as_ptr().cast_mut(),
                 n,
                 0,
                 size,
                 u32::MAX,
-                bindings::GFP_KERNEL,
+                bindings::GFP_KERNEL_ACCOUNT,
             )
         };
         kernel::error::to_result(ret)?;
@@ -112,7 +119,21 @@ impl DmaMapping {
             unsafe { bindings::sg_free_table(sgt.get()) };
             return Err(Error::from_errno(ret));
         }
-        Ok(Self { dev, sgt })
+        Ok(Self {
+            dev,
+            sgt,
+            _pages: pages,
+        })
+    }
+
+    /// Whether this is a mapping for `dev`.
+    pub(crate) fn is_for(&self, dev: &DmaDevice) -> bool {
+        self.dev.0 == dev.0
+    }
+
+    /// The identity of the device it is mapped for ([`DmaDevice::id`]).
+    pub(crate) fn device_id(&self) -> usize {
+        self.dev.id()
     }
 
     /// Calls `f(dma_address, length)` for each mapped segment, in page order.

@@ -7,6 +7,7 @@
 
 pub(crate) mod dma;
 pub(crate) mod pin;
+pub(crate) mod pod;
 pub(crate) mod shared;
 
 /// `array_index_nospec`: `idx` if `idx < size`, else 0, without letting the

@@ -3,16 +3,18 @@
 
 //! Long-term pinned user pages, charged to the owner's locked memory.
 
-use core::ptr::NonNull;
+use core::marker::PhantomData;
 
 use kernel::{
     bindings,
-    mm::Mm,
+    mm::{
+        virt::{flags, VmaRef},
+        Mm,
+    },
     prelude::*,
-    sync::aref::ARef, //
+    sync::aref::ARef,
+    ThisModule, //
 };
-
-use crate::net::skb::SkBuff;
 
 /// Size of a page.
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
@@ -24,7 +26,7 @@ pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 /// Every entry of `pages` is a page pinned by us (one pin each), released
 /// with `unpin_user_pages` on drop.
 pub(crate) struct PinnedPages {
-    pages: KVVec<NonNull<bindings::page>>,
+    pages: KVVec<*mut bindings::page>,
 }
 
 // SAFETY: pinned pages may be used and unpinned from any thread.
@@ -35,41 +37,60 @@ unsafe impl Sync for PinnedPages {}
 impl PinnedPages {
     /// Pins `npages` pages of the current process starting at `addr`.
     ///
-    /// `EFAULT` if part of the range is not mapped, `EOPNOTSUPP` if it is
-    /// mapped but cannot be pinned long-term (a mapping of a regular file,
-    /// device memory), `ENOMEM` if memory is short.
-    pub(crate) fn pin_current(addr: usize, npages: usize) -> Result<Self> {
-        let n = i32::try_from(npages).map_err(|_| EINVAL)?;
-        let mut raw: KVVec<*mut bindings::page> = KVVec::with_capacity(npages, GFP_KERNEL)?;
-        raw.resize(npages, core::ptr::null_mut(), GFP_KERNEL)?;
+    /// One rule per case, checked on the mappings under the mmap lock, the
+    /// same hold in which the pages are pinned (so the mappings cannot
+    /// change in between):
+    /// - `EFAULT`: part of the range is not mapped;
+    /// - `EOPNOTSUPP`: a mapping is not ordinary memory (`VM_PFNMAP`,
+    ///   `VM_MIXEDMAP`, `VM_IO`: device memory, kernel memory mapped to user
+    ///   space such as a ring of `refuse_owner`'s files), a private mapping
+    ///   of a file (other than hugetlbfs), or memory that cannot be pinned
+    ///   long-term (a shared mapping of a file on a filesystem with
+    ///   writeback);
+    /// - `EACCES`: a mapping is not writable (read-only, `PROT_NONE`);
+    /// - `ENOMEM`: memory is short.
+    pub(crate) fn pin_current(
+        addr: usize,
+        npages: usize,
+        refuse_owner: &ThisModule,
+    ) -> Result<Self> {
+        let end = npages
+            .checked_mul(PAGE_SIZE)
+            .and_then(|l| addr.checked_add(l))
+            .ok_or(EINVAL)?;
+        let mut pages: KVVec<*mut bindings::page> =
+            KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
+        pages.resize(npages, core::ptr::null_mut(), GFP_KERNEL_ACCOUNT)?;
+        let task = kernel::current!();
+        let mm = task.mm().ok_or(EFAULT)?;
+        let guard = mm.mmap_read_lock();
+        let mut a = addr;
+        while a < end {
+            let vma = guard.vma_lookup(a).ok_or(EFAULT)?;
+            check_vma(vma, refuse_owner)?;
+            a = vma.end();
+        }
         let flags = bindings::FOLL_WRITE | bindings::FOLL_LONGTERM;
-        // SAFETY: `raw` has room for `npages` pointers; the range belongs to
-        // the current process.
-        let got = unsafe { bindings::pin_user_pages_fast(addr, n, flags, raw.as_mut_ptr()) };
+        // SAFETY: `pages` has room for `npages` pointers; the range belongs
+        // to the current process, whose mmap lock we hold for reading as
+        // `pin_user_pages` requires (it does not drop it: no `locked`
+        // argument).
+        let got = unsafe { bindings::pin_user_pages(addr, npages, flags, pages.as_mut_ptr()) };
+        drop(guard);
         let got_n = usize::try_from(got).unwrap_or(0);
         if got_n != npages {
             if got_n > 0 {
                 // SAFETY: the first `got_n` entries were pinned just now.
-                unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), got_n) };
+                unsafe { bindings::unpin_user_pages(pages.as_mut_ptr(), got_n) };
             }
-            return Err(if got < 0 {
-                explain_pin_error(Error::from_errno(got as i32), addr, npages)
-            } else {
-                // A partial pin: the rest is not pinnable.
-                explain_pin_error(EFAULT, addr, npages)
+            // Every mapping is there and writable: a fault means the memory
+            // cannot be pinned long-term; a short pin likewise.
+            return Err(match got {
+                g if g < 0 && g as i32 != EFAULT.to_errno() => Error::from_errno(g as i32),
+                _ => EOPNOTSUPP,
             });
         }
-        let mut pages = KVVec::with_capacity(npages, GFP_KERNEL).inspect_err(|_| {
-            // SAFETY: all `npages` entries are pinned.
-            unsafe { bindings::unpin_user_pages(raw.as_mut_ptr(), npages) };
-        })?;
-        for p in raw.iter() {
-            // `pin_user_pages_fast` returned `npages`, so all are non-null;
-            // capacity was reserved, so pushing cannot fail.
-            if let Some(p) = NonNull::new(*p) {
-                let _ = pages.push(p, GFP_KERNEL);
-            }
-        }
+        // INVARIANT: all `npages` entries were pinned just now, once each.
         Ok(Self { pages })
     }
 
@@ -79,66 +100,99 @@ impl PinnedPages {
     }
 
     /// Raw page array, for building a scatterlist.
-    pub(crate) fn as_raw_slice(&self) -> &[NonNull<bindings::page>] {
+    pub(super) fn as_raw_slice(&self) -> &[*mut bindings::page] {
         &self.pages
     }
 
-    /// Copies `len` bytes of `skb` from offset `off` into page `idx`, from
-    /// its start (the copy fallback). `len` must fit in a page.
+    /// Maps page `idx` into the kernel for the duration of `f`
+    /// (`kmap_local_page`), for the copy fallback.
     ///
     /// # Panics
     ///
     /// If `idx` is out of range; callers use validated indices.
-    pub(crate) fn copy_from_skb(&self, idx: usize, skb: &SkBuff, off: u32, len: usize) -> Result {
-        if len > PAGE_SIZE {
-            return Err(EINVAL);
-        }
-        let page = self.pages[idx].as_ptr();
-        // No Rust reference to the page is made: user space may read (or,
-        // misbehaving, write) it through its own mapping at any time.
-        // SAFETY: the page is pinned and mapped between kmap_local_page and
-        // kunmap_local; `len <= PAGE_SIZE` bytes fit in it.
-        unsafe {
-            let va = bindings::kmap_local_page(page).cast::<u8>();
-            let r = skb.copy_bits_to_raw(off, va, len);
-            bindings::kunmap_local(va.cast());
-            r
-        }
+    pub(crate) fn with_mapped<R>(&self, idx: usize, f: impl FnOnce(&mut MappedPage<'_>) -> R) -> R {
+        let page = self.pages[idx];
+        // SAFETY: the page is pinned by us (type invariant) and stays so
+        // while `self` is borrowed; it is unmapped below, in the same
+        // context, before any mapping made after it (`f` cannot keep
+        // `MappedPage`, which is also `!Send`).
+        let va = unsafe { bindings::kmap_local_page(page) };
+        let mut mapped = MappedPage {
+            va: va.cast(),
+            _p: PhantomData,
+        };
+        let r = f(&mut mapped);
+        // SAFETY: `va` was mapped above by this context and is the newest
+        // local mapping still in place.
+        unsafe { bindings::kunmap_local(va) };
+        r
+    }
+}
+
+/// A pinned page mapped into the kernel by [`PinnedPages::with_mapped`].
+///
+/// No Rust reference to its bytes is ever made: user space may read (or,
+/// misbehaving, write) them through its own mapping at any time, so they
+/// are only written through the raw pointer, by `memcpy`-like callees.
+///
+/// # Invariants
+///
+/// `va` is the kernel address of a page mapped with `kmap_local_page` for
+/// as long as the value exists (it is only ever borrowed from a scope of
+/// `with_mapped`). The raw pointer makes the type `!Send`: local mappings
+/// are per-CPU.
+pub(crate) struct MappedPage<'a> {
+    va: *mut u8,
+    _p: PhantomData<&'a mut ()>,
+}
+
+impl MappedPage<'_> {
+    /// Bytes in the page.
+    pub(crate) const LEN: usize = PAGE_SIZE;
+
+    /// The start of the page, valid for writes of [`MappedPage::LEN`]
+    /// bytes while `self` is borrowed.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.va
     }
 }
 
 impl Drop for PinnedPages {
     fn drop(&mut self) {
         // SAFETY: by the type invariant every page is pinned once by us.
-        unsafe { bindings::unpin_user_pages(self.pages.as_mut_ptr().cast(), self.pages.len()) };
+        unsafe { bindings::unpin_user_pages(self.pages.as_mut_ptr(), self.pages.len()) };
     }
 }
 
-/// After a failed pin, tell a hole (`EFAULT`) from memory that is mapped but
-/// cannot be pinned long-term (`EOPNOTSUPP`).
-fn explain_pin_error(e: Error, addr: usize, npages: usize) -> Error {
-    if e != EFAULT {
-        return e;
+/// The checks of [`PinnedPages::pin_current`] on one mapping.
+fn check_vma(vma: &VmaRef, refuse_owner: &ThisModule) -> Result {
+    let f = vma.flags();
+    if f & (flags::PFNMAP | flags::MIXEDMAP | flags::IO) != 0 {
+        return Err(EOPNOTSUPP);
     }
-    let Some(end) = npages
-        .checked_mul(PAGE_SIZE)
-        .and_then(|l| addr.checked_add(l))
-    else {
-        return EFAULT;
+    // SAFETY: the caller holds the mmap lock, so `vma` and its file stay
+    // valid and `vm_file` does not change; a file's `f_op` is set once at
+    // open.
+    let owner = unsafe {
+        let file = (*vma.as_ptr()).vm_file;
+        if file.is_null() {
+            None
+        } else {
+            Some((*(*file).f_op).owner)
+        }
     };
-    let task = kernel::current!();
-    let Some(mm) = task.mm() else {
-        return EFAULT;
-    };
-    let guard = mm.mmap_read_lock();
-    let mut a = addr;
-    while a < end {
-        match guard.vma_lookup(a) {
-            Some(vma) => a = vma.end(),
-            None => return EFAULT,
+    if let Some(owner) = owner {
+        if core::ptr::eq(owner, refuse_owner.as_ptr()) {
+            return Err(EOPNOTSUPP);
+        }
+        if f & flags::SHARED == 0 && f & flags::HUGETLB == 0 {
+            return Err(EOPNOTSUPP);
         }
     }
-    EOPNOTSUPP
+    if f & flags::WRITE == 0 {
+        return Err(EACCES);
+    }
+    Ok(())
 }
 
 /// Pages charged to a process's locked memory (`RLIMIT_MEMLOCK`, `VmLck`)

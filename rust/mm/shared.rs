@@ -4,12 +4,13 @@
 //! Zeroed kernel memory that user space maps (`vmalloc_user` +
 //! `remap_vmalloc_range`), for rings shared with the user.
 
-use core::ptr::NonNull;
+use core::{ptr::NonNull, sync::atomic::AtomicU32};
 
 use kernel::{
     bindings,
-    mm::virt::VmaNew,
-    prelude::*, //
+    mm::virt::{flags, VmaNew},
+    prelude::*,
+    transmute::FromBytes, //
 };
 
 use super::pin::PAGE_SIZE;
@@ -42,15 +43,51 @@ impl SharedMem {
             .ok_or(ENOMEM)
     }
 
-    /// Start of the memory.
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+    /// The aligned `u32` at byte offset `off`, for atomic access (user
+    /// space may write it at any time). `None` if it is not inside the
+    /// memory or not 4-byte aligned.
+    pub(crate) fn atomic_u32(&self, off: usize) -> Option<&AtomicU32> {
+        if off % core::mem::align_of::<AtomicU32>() != 0
+            || off.checked_add(core::mem::size_of::<AtomicU32>())? > self.len
+        {
+            return None;
+        }
+        // SAFETY: `off` is in bounds and aligned (checked above; the memory
+        // is page aligned); the memory lives as long as `self`. Concurrent
+        // writers (user space) do not make atomic accesses unsound.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
     }
 
-    /// Maps the memory into `vma` (from offset 0). `EINVAL` if the vma is
-    /// larger than the memory.
+    /// A copy of the `T` at byte offset `off`, read once (volatile): user
+    /// space may change it at any time, so the caller validates the copy,
+    /// never the memory. `None` if it is not inside the memory or not
+    /// aligned for `T`.
+    pub(crate) fn read<T: FromBytes>(&self, off: usize) -> Option<T> {
+        if off % core::mem::align_of::<T>() != 0
+            || off.checked_add(core::mem::size_of::<T>())? > self.len
+        {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (checked above); any bit pattern
+        // is a valid `T` (`FromBytes`); no reference to the shared bytes is
+        // made, so a concurrent user write cannot invalidate one.
+        Some(unsafe { core::ptr::read_volatile(self.ptr.as_ptr().add(off).cast::<T>()) })
+    }
+
+    /// Maps the memory into `vma`, which must be a shared mapping from
+    /// offset 0 no larger than the memory: `EINVAL` otherwise (a private
+    /// mapping would give the process a copy-on-write copy, so what it
+    /// writes would never reach us).
     pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
         if vma.end() - vma.start() > self.len {
+            return Err(EINVAL);
+        }
+        if vma.flags() & flags::SHARED == 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `vma` is a valid vma being set up by mmap (type
+        // invariant of `VmaNew`), and `vm_pgoff` is not written meanwhile.
+        if unsafe { (*vma.as_ptr()).vm_pgoff } != 0 {
             return Err(EINVAL);
         }
         vma.set_dontcopy();

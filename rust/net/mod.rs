@@ -6,12 +6,14 @@
 //! of the module that touches `kernel::bindings`; the provider logic uses
 //! these types.
 
+mod freelist;
 pub(crate) mod netdev;
 pub(crate) mod netmem;
 pub(crate) mod page_pool;
 pub(crate) mod provider;
 pub(crate) mod skb;
 pub(crate) mod sock;
+mod urefs;
 
 /// Whether the caller has `CAP_NET_ADMIN` (in the initial user namespace).
 pub(crate) fn capable_net_admin() -> bool {

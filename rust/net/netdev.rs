@@ -4,7 +4,7 @@
 //! Network devices: lookup with the instance lock held, references, and
 //! binding a memory provider to an rx queue.
 
-use core::ptr::NonNull;
+use core::{marker::PhantomData, ptr::NonNull};
 
 use kernel::{
     bindings,
@@ -83,7 +83,7 @@ impl LockedNetDev {
     }
 
     /// Takes a tracked reference to the device.
-    pub(crate) fn hold(&self) -> Result<NetDevRefBox> {
+    pub(super) fn hold(&self) -> Result<NetDevRefBox> {
         let mut r = KBox::new(
             NetDevRef {
                 dev: self.dev,
@@ -100,14 +100,20 @@ impl LockedNetDev {
 
     /// Binds a memory provider to rx queue `rxq`, restarting the queue.
     /// On failure returns the errno and the core's explanation, if any.
-    pub(crate) fn mp_open_rxq(
+    ///
+    /// # Safety
+    ///
+    /// `params` name valid ops whose owner is loaded, and a `mp_priv` those
+    /// ops accept that stays valid until the queue is unbound or the
+    /// binding uninstalled (see [`super::provider::bind_rxq`]).
+    pub(super) unsafe fn mp_open_rxq(
         &self,
         rxq: u32,
         params: &bindings::pp_memory_provider_params,
     ) -> core::result::Result<(), (Error, Option<&'static CStr>)> {
         // SAFETY: all-zero is a valid, empty extack.
         let mut extack: bindings::netlink_ext_ack = unsafe { core::mem::zeroed() };
-        // SAFETY: the device is locked, `params` is valid for the call.
+        // SAFETY: the device is locked; the caller guarantees `params`.
         let ret =
             unsafe { bindings::netif_mp_open_rxq(self.dev.as_ptr(), rxq, params, &mut extack) };
         if ret == 0 {
@@ -149,11 +155,24 @@ unsafe impl Send for NetDevRefBox {}
 unsafe impl Sync for NetDevRefBox {}
 
 impl NetDevRefBox {
+    /// An identity of rx queue `rxq` (the address of its `struct
+    /// netdev_rx_queue`), to compare with the one the core passes to
+    /// `uninstall`.
+    pub(super) fn rx_queue_id(&self, rxq: u32) -> usize {
+        // SAFETY: we hold a reference, so the device is live; `_rx` is set
+        // at allocation and never changes. Only an address is computed.
+        let base = unsafe { core::ptr::addr_of!((*self.0.dev.as_ptr())._rx).read() };
+        base.wrapping_add(rxq as usize) as usize
+    }
+
     /// Takes the device's instance lock.
-    pub(crate) fn lock(&self) -> NetDevGuard<'_> {
+    pub(super) fn lock(&self) -> NetDevGuard<'_> {
         // SAFETY: we hold a reference, so the device is live.
         unsafe { bindings::netdev_lock(self.0.dev.as_ptr()) };
-        NetDevGuard { dev: self }
+        NetDevGuard {
+            dev: self,
+            _not_send: PhantomData,
+        }
     }
 }
 
@@ -164,16 +183,19 @@ impl Drop for NetDevRefBox {
     }
 }
 
-/// The instance lock of a referenced device, released on drop.
+/// The instance lock of a referenced device, released on drop. Not `Send`:
+/// the lock (a mutex) must be released by the task that took it.
 pub(crate) struct NetDevGuard<'a> {
     dev: &'a NetDevRefBox,
+    _not_send: PhantomData<*mut ()>,
 }
 
 impl NetDevGuard<'_> {
     /// Unbinds the memory provider described by `params` from rx queue
     /// `rxq`; a no-op when the device already dropped the binding.
-    pub(crate) fn mp_close_rxq(&self, rxq: u32, params: &bindings::pp_memory_provider_params) {
-        // SAFETY: the device is locked; `params` are the ones it was bound with.
+    pub(super) fn mp_close_rxq(&self, rxq: u32, params: &bindings::pp_memory_provider_params) {
+        // SAFETY: the device is locked; the core compares `params` with the
+        // queue's binding and does nothing if they differ.
         unsafe { bindings::netif_mp_close_rxq(self.dev.0.dev.as_ptr(), rxq, params) };
     }
 }

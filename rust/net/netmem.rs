@@ -1,22 +1,48 @@
 // SPDX-License-Identifier: GPL-2.0
 // Copyright (C) 2026 The zcrx-rs developers.
 
-//! `net_iov` areas and netmem references.
+//! `net_iov` areas, netmem references, and who owns each buffer.
 //!
 //! A memory provider describes its memory to the networking stack as an
 //! array of `struct net_iov`, one per buffer, owned by a `struct net_iov_area`.
 //! The stack passes buffers around as `netmem_ref`, a tagged pointer to either
 //! a `struct page` or a `struct net_iov`.
+//!
+//! [`NetIovArea`] is also the ledger of the buffers: it alone moves a
+//! buffer between the free list, a page pool, the stack and the user, so
+//! page-pool reference counts, pool attachment and DMA addresses can only
+//! change in the ways the page pool core expects. Its safe API takes proofs
+//! instead of trusting indices: a [`FragBuf`] (a buffer a live skb holds),
+//! a [`FreeBuf`] (a buffer taken off the free list), a [`Released`] (a
+//! buffer a pool gives back, made only by the provider callback), an
+//! [`AllocBatch`] (made only by the allocation callback), a [`DmaUse`] (a
+//! share of the DMA mapping). A buffer index from user space is only ever
+//! looked up, and a return the user does not hold is refused.
 
 use core::marker::PhantomData;
 
 use kernel::{
     bindings,
+    new_mutex,
+    new_spinlock_bh,
     prelude::*,
+    sync::{
+        atomic::{ordering::Relaxed, Atomic},
+        Arc, Mutex, SpinLockBh,
+    },
     types::Opaque, //
 };
 
-use super::page_pool::PagePool;
+use super::{
+    freelist::FreeList,
+    page_pool::{AllocBatch, PagePool},
+    skb::Frag,
+    urefs::UserRefs, //
+};
+use crate::mm::{
+    dma::{DmaDevice, DmaMapping},
+    pin::{PinnedPages, PAGE_SIZE},
+};
 
 /// One `struct net_iov`.
 ///
@@ -24,9 +50,16 @@ use super::page_pool::PagePool;
 ///
 /// Lives inside a [`NetIovArea`] that initialised it with `net_iov_init()`.
 #[repr(transparent)]
-pub(crate) struct NetIov(Opaque<bindings::net_iov>);
+struct NetIov(Opaque<bindings::net_iov>);
 
-/// An array of `struct net_iov` with its `struct net_iov_area`.
+/// The area's DMA mapping and how many [`DmaUse`]s share it.
+struct AreaDma {
+    map: DmaMapping,
+    users: usize,
+}
+
+/// An array of `struct net_iov` with its `struct net_iov_area`, and the
+/// state of every buffer.
 ///
 /// # Invariants
 ///
@@ -35,24 +68,50 @@ pub(crate) struct NetIov(Opaque<bindings::net_iov>);
 /// - `area.niovs == niovs.as_ptr()`, `area.num_niovs == niovs.len()`, and
 ///   every net_iov is initialised with `owner == area` and type
 ///   `NET_IOV_IOURING` (the type of kernel-readable user memory).
+/// - Every buffer `i` is in exactly one state:
+///   - *free*: on `free`, attached to no pool, no page-pool reference, not
+///     held by the user;
+///   - *pool*: attached to a page pool, which counts it in flight until it
+///     releases it to us; its page-pool references belong to the pool's
+///     users, and `urefs[i]` of them to the user (one each, see below);
+///   - *copy*: attached to no pool, not on `free`, exactly `urefs[i] >= 1`
+///     page-pool references, all the user's.
+///
+///   Each user reference stands for one page-pool reference that this type
+///   took for the user and drops when the user gives the buffer back.
+/// - While `dma` holds a mapping, every net_iov's DMA address is its
+///   buffer's address in that mapping and `mapped_dev` is the mapping's
+///   device; otherwise the addresses and `mapped_dev` are 0.
+#[pin_data]
 pub(crate) struct NetIovArea {
-    _area: KBox<Opaque<bindings::net_iov_area>>,
+    area: KBox<Opaque<bindings::net_iov_area>>,
     niovs: KVVec<NetIov>,
+    urefs: UserRefs,
+    #[pin]
+    free: SpinLockBh<FreeList>,
+    #[pin]
+    dma: Mutex<Option<AreaDma>>,
+    mapped_dev: Atomic<usize>,
 }
 
 // SAFETY: the C structures are only accessed through the page pool API, which
-// does its own synchronisation, and through atomic operations.
+// does its own synchronisation, through atomics, and under our locks.
 unsafe impl Send for NetIovArea {}
-// SAFETY: see `Send`; `&NetIovArea` only hands out raw-pointer based views.
+// SAFETY: see `Send`.
 unsafe impl Sync for NetIovArea {}
 
 impl NetIovArea {
-    /// Allocates an area of `n` net_iovs.
-    pub(crate) fn new(n: usize) -> Result<Self> {
-        let area = KBox::new(Opaque::<bindings::net_iov_area>::zeroed(), GFP_KERNEL)?;
-        let mut niovs = KVVec::with_capacity(n, GFP_KERNEL)?;
+    /// An area of `n` buffers, all free.
+    pub(crate) fn new(n: usize) -> Result<impl PinInit<Self, Error>> {
+        // Charged to the caller's memory cgroup, like io_uring's area
+        // arrays: these scale with the area.
+        let area = KBox::new(
+            Opaque::<bindings::net_iov_area>::zeroed(),
+            GFP_KERNEL_ACCOUNT,
+        )?;
+        let mut niovs = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
         for _ in 0..n {
-            niovs.push(NetIov(Opaque::zeroed()), GFP_KERNEL)?;
+            niovs.push(NetIov(Opaque::zeroed()), GFP_KERNEL_ACCOUNT)?;
         }
         // SAFETY: `area` is a valid, exclusively owned allocation.
         unsafe {
@@ -68,24 +127,48 @@ impl NetIovArea {
                 (*niov.0.get()).type_ = bindings::net_iov_type_NET_IOV_IOURING;
             }
         }
-        Ok(Self { _area: area, niovs })
+        let urefs = UserRefs::new(n)?;
+        // INVARIANT: every buffer starts free.
+        let free = FreeList::new_full(n)?;
+        Ok(try_pin_init!(Self {
+            area,
+            niovs,
+            urefs,
+            free <- new_spinlock_bh!(free, "NetIovArea::free"),
+            dma <- new_mutex!(None, "NetIovArea::dma"),
+            mapped_dev: Atomic::new(0),
+        }))
     }
 
-    /// Number of net_iovs.
+    /// Number of buffers.
     pub(crate) fn len(&self) -> usize {
         self.niovs.len()
     }
 
-    /// The netmem reference of net_iov `idx`.
-    ///
-    /// # Panics
-    ///
-    /// If `idx >= self.len()`; callers index with validated indices.
-    pub(crate) fn netmem(&self, idx: usize) -> Netmem<'_> {
-        let niov = self.niovs[idx].0.get();
-        // `net_iov_to_netmem()`: the address tagged with NET_IOV (net_iovs
-        // are at least word aligned, so the bit is free).
-        Netmem::from_raw((niov as usize | bindings::NET_IOV as usize) as bindings::netmem_ref)
+    /// Buffers on the free list now.
+    pub(crate) fn free_count(&self) -> usize {
+        self.free.lock().len()
+    }
+
+    /// Buffers the user holds, counted with multiplicity (a walk: for stats
+    /// and teardown).
+    pub(crate) fn user_held(&self) -> u64 {
+        self.urefs.held()
+    }
+
+    fn niov(&self, idx: usize) -> *mut bindings::net_iov {
+        self.niovs[idx].0.get()
+    }
+
+    fn netmem(&self, idx: usize) -> Netmem<'_> {
+        // SAFETY: net_iov `idx` is live while `self` is borrowed; tagged as
+        // `net_iov_to_netmem()` does (net_iovs are word aligned, so the tag
+        // bit is free).
+        unsafe {
+            Netmem::from_raw(
+                (self.niov(idx) as usize | bindings::NET_IOV as usize) as bindings::netmem_ref,
+            )
+        }
     }
 
     /// Index of `nm` in this area, if it is one of our net_iovs.
@@ -106,57 +189,364 @@ impl NetIovArea {
         Some(off / size)
     }
 
-    /// Sets the DMA address of net_iov `idx`. Fails if the address does not
-    /// fit the page pool's representation (`net_mp_niov_set_dma_addr`).
-    pub(crate) fn set_dma_addr(&self, idx: usize, addr: u64) -> Result {
-        let niov = self.niovs[idx].0.get();
-        // SAFETY: `niov` is a live net_iov of this area.
-        if unsafe { bindings::net_mp_niov_set_dma_addr(niov, addr) } {
+    // Page-pool reference counts of our own net_iovs. These are atomic
+    // operations on memory we own, so they are always memory safe; what the
+    // counts mean is kept by the ledger invariant, which is why they are
+    // private.
+
+    fn pp_ref(&self, idx: usize) {
+        // SAFETY: a live net_iov of ours.
+        unsafe { bindings::page_pool_ref_netmem(self.netmem(idx).raw()) }
+    }
+
+    fn pp_unref_and_test(&self, idx: usize) -> bool {
+        // SAFETY: a live net_iov of ours.
+        unsafe { bindings::page_pool_unref_and_test(self.netmem(idx).raw()) }
+    }
+
+    fn pp_unref(&self, idx: usize, nr: u32) -> i64 {
+        // SAFETY: a live net_iov of ours.
+        unsafe { bindings::page_pool_unref_netmem(self.netmem(idx).raw(), nr as isize) as i64 }
+    }
+
+    fn pp_set_refs(&self, idx: usize, nr: u32) {
+        // SAFETY: a live net_iov of ours.
+        unsafe { bindings::page_pool_fragment_netmem(self.netmem(idx).raw(), nr as isize) }
+    }
+
+    fn free_push(&self, free: &mut FreeList, idx: usize) {
+        if let Err(e) = free.push(idx as u32) {
+            // The ledger invariant makes this impossible; say so loudly
+            // rather than corrupt the list.
+            pr_warn!("buffer {} returned twice ({:?})\n", idx, e);
+        }
+    }
+
+    /// Buffer `idx`, whose last page-pool reference the caller just
+    /// dropped, goes back: to `recycle`'s cache if it belongs to that pool
+    /// and there is room, else to the pool it belongs to, else (a copy
+    /// buffer) to the free list.
+    fn return_unrefed(&self, idx: usize, recycle: Option<&mut AllocBatch<'_>>) {
+        let niov = self.niov(idx);
+        // SAFETY: `niov` is live; `desc.pp` is only written when the buffer
+        // is attached (taken off the free list) and detached (released by
+        // its pool), neither of which can happen to a buffer in flight.
+        let pp = unsafe { (*niov).desc.pp };
+        if pp.is_null() {
+            // INVARIANT: a copy buffer with no reference left is free.
+            let mut free = self.free.lock();
+            self.free_push(&mut free, idx);
+            return;
+        }
+        if let Some(batch) = recycle {
+            if core::ptr::eq(pp, batch.pool().as_raw()) && batch.push(self.netmem(idx)).is_ok() {
+                // INVARIANT: back in its pool's cache, still in flight.
+                return;
+            }
+        }
+        // SAFETY: the buffer is in flight in pool `pp` with no reference
+        // left (the caller dropped the last one), so the pool is alive (it
+        // waits for its buffers) and takes the buffer back exactly once.
+        unsafe { PagePool::from_raw(pp).put_unrefed(self.netmem(idx)) };
+    }
+
+    /// A buffer that a frag of a live skb holds, if it is one of ours.
+    pub(crate) fn lookup<'a>(&'a self, frag: &'a Frag) -> Option<FragBuf<'a>> {
+        let idx = self.index_of(frag.netmem())?;
+        // INVARIANT: the skb holds a page-pool reference to the buffer for
+        // as long as the frag is borrowed.
+        Some(FragBuf { area: self, idx })
+    }
+
+    /// Takes a free buffer (for a copy): it is attached to no pool and
+    /// goes back to the free list when dropped, unless given to the user.
+    pub(crate) fn take_free(&self) -> Option<FreeBuf<'_>> {
+        let idx = self.free.lock().pop()? as usize;
+        Some(FreeBuf { area: self, idx })
+    }
+
+    /// The user gives buffer `idx` back once. False (and nothing changes)
+    /// if the user does not hold it. The buffer goes back to `recycle`'s
+    /// cache when it was the last reference and it belongs to that pool,
+    /// else to its own pool or the free list.
+    pub(crate) fn user_return(&self, idx: usize, recycle: Option<&mut AllocBatch<'_>>) -> bool {
+        if idx >= self.len() || !self.urefs.put(idx) {
+            return false;
+        }
+        // The user's reference was one page-pool reference (ledger
+        // invariant); `put` ordered it after the `get` (acquire/release).
+        if self.pp_unref_and_test(idx) {
+            self.return_unrefed(idx, recycle);
+        }
+        true
+    }
+
+    /// Takes back every buffer the user still holds (teardown).
+    pub(crate) fn scrub_user(&self) {
+        for idx in 0..self.len() {
+            let n = self.urefs.take_all(idx);
+            if n != 0 && self.pp_unref(idx, n) == 0 {
+                self.return_unrefed(idx, None);
+            }
+        }
+    }
+
+    /// Moves free buffers into `batch`'s pool, as many as fit, keeping
+    /// `reserve` on the free list. Nothing when the area is not mapped for
+    /// the pool's device (the NIC would DMA to addresses of another).
+    pub(crate) fn alloc_free_into(&self, batch: &mut AllocBatch<'_>, reserve: usize) {
+        if !self.mapped_for(batch.pool()) {
+            return;
+        }
+        let mut free = self.free.lock();
+        while batch.room() > 0 && free.len() > reserve {
+            let Some(i) = free.pop() else { break };
+            let i = i as usize;
+            // SAFETY: buffer `i` was free, so attached to no pool; the pool
+            // is live (the batch borrows it) and, as the batch is only made
+            // in its `alloc_netmems` callback, running in its context.
+            // INVARIANT: attached, with the one reference the pool gives
+            // it, and in the pool's cache below: a pool buffer.
+            unsafe { bindings::net_mp_niov_set_page_pool(batch.pool().as_raw(), self.niov(i)) };
+            if batch.push(self.netmem(i)).is_err() {
+                // Cannot happen (room was checked); never lose the buffer.
+                // SAFETY: attached just now and in no cache.
+                unsafe { bindings::net_mp_niov_clear_page_pool(self.niov(i)) };
+                self.free_push(&mut free, i);
+                break;
+            }
+        }
+    }
+
+    /// Syncs the buffers of `batch` that are ours for the device, before
+    /// the pool hands them to the NIC (when the device needs syncs).
+    pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
+        let pool = batch.pool();
+        if !self.mapped_for(pool) {
+            return;
+        }
+        let off = pool.offset() as usize;
+        if off >= PAGE_SIZE {
+            return;
+        }
+        for nm in batch.netmems() {
+            if self.index_of(nm).is_some() {
+                // SAFETY: a live net_iov of ours; its DMA address is set.
+                let addr = unsafe { bindings::page_pool_get_dma_addr_netmem(nm.raw()) };
+                // SAFETY: the address is the buffer's in our mapping for
+                // the pool's device (checked above), `off + len` is within
+                // the buffer.
+                unsafe { pool.sync_for_device(addr + off as u64, (PAGE_SIZE - off) as u32) };
+            }
+        }
+    }
+
+    /// Takes back a buffer its pool released (`release_netmem`): detached,
+    /// it is free again. False if it is not ours.
+    pub(crate) fn take_released(&self, r: Released<'_>) -> bool {
+        let Some(idx) = self.index_of(r.nm) else {
+            return false;
+        };
+        // SAFETY: the pool gives the buffer back (`Released` is only made by
+        // the `release_netmem` callback); it holds no reference any more.
+        unsafe { bindings::net_mp_niov_clear_page_pool(self.niov(idx)) };
+        // INVARIANT: detached and on the free list.
+        let mut free = self.free.lock();
+        self.free_push(&mut free, idx);
+        true
+    }
+
+    /// Maps `pages` (the area's memory, one page per buffer) for `dev` and
+    /// sets every net_iov's DMA address, or takes one more share of the
+    /// mapping that exists for `dev` (a binding made while the pools of an
+    /// earlier one on the same device still hold buffers). `EBUSY` if it is
+    /// mapped for another device: a net_iov has one DMA address, so the
+    /// area serves one device at a time. `EINVAL` if `pages` does not have
+    /// one page per buffer.
+    pub(crate) fn map_dma(&self, dev: DmaDevice, pages: &Arc<PinnedPages>) -> Result<DmaUse> {
+        if pages.len() != self.len() {
+            return Err(EINVAL);
+        }
+        let mut dma = self.dma.lock();
+        if let Some(d) = &mut *dma {
+            if !d.map.is_for(&dev) {
+                return Err(EBUSY);
+            }
+            d.users += 1;
+            return Ok(DmaUse { area: self.id() });
+        }
+        let m = DmaMapping::new(dev, pages.clone())?;
+        let mut idx = 0usize;
+        m.for_each_segment(|addr, len| {
+            if len % PAGE_SIZE != 0 {
+                return Err(EINVAL);
+            }
+            for k in 0..len / PAGE_SIZE {
+                if idx >= self.len() {
+                    return Err(EINVAL);
+                }
+                self.set_dma_addr(idx, addr + (k * PAGE_SIZE) as u64)?;
+                idx += 1;
+            }
+            Ok(())
+        })
+        .and_then(|()| {
+            if idx == self.len() {
+                Ok(())
+            } else {
+                Err(EINVAL)
+            }
+        })
+        .inspect_err(|_| self.clear_dma_addrs())?;
+        self.mapped_dev.store(m.device_id(), Relaxed);
+        *dma = Some(AreaDma { map: m, users: 1 });
+        Ok(DmaUse { area: self.id() })
+    }
+
+    /// Gives back a share of the DMA mapping; the last one unmaps. A share
+    /// of another area is ignored (with a warning).
+    pub(crate) fn unmap_dma(&self, u: DmaUse) {
+        let DmaUse { area } = u;
+        if area != self.id() {
+            pr_warn!("unmap_dma: a DMA share of another area\n");
+            return;
+        }
+        let mut dma = self.dma.lock();
+        let Some(d) = &mut *dma else { return };
+        d.users -= 1;
+        if d.users == 0 {
+            self.mapped_dev.store(0, Relaxed);
+            self.clear_dma_addrs();
+            drop(dma.take());
+        }
+    }
+
+    fn id(&self) -> usize {
+        core::ptr::from_ref(self) as usize
+    }
+
+    fn mapped_for(&self, pool: &PagePool) -> bool {
+        let dev = self.mapped_dev.load(Relaxed);
+        dev != 0 && pool.dma_dev_id() == dev
+    }
+
+    fn set_dma_addr(&self, idx: usize, addr: u64) -> Result {
+        // SAFETY: `niov` is a live net_iov of this area; called with the
+        // `dma` lock held, while no buffer can be in a NIC's ring (mapping:
+        // no pool has our buffers yet; clearing: the last share is gone).
+        if unsafe { bindings::net_mp_niov_set_dma_addr(self.niov(idx), addr) } {
             return Err(EFAULT);
         }
         Ok(())
     }
 
-    /// The page pool net_iov `idx` is attached to, if any.
-    pub(crate) fn pool_of(&self, idx: usize) -> Option<&PagePool> {
-        let niov = self.niovs[idx].0.get();
-        // SAFETY: `niov` is live; `desc.pp` is set by the page pool API and a
-        // pool stays alive while it has net_iovs attached.
-        let pp = unsafe { (*niov).desc.pp };
-        if pp.is_null() {
-            None
-        } else {
-            // SAFETY: see above.
-            Some(unsafe { PagePool::from_raw(pp) })
+    fn clear_dma_addrs(&self) {
+        for i in 0..self.len() {
+            // 0 always fits.
+            let _ = self.set_dma_addr(i, 0);
         }
-    }
-
-    /// Attaches net_iov `idx` to `pool` (before handing it to the pool).
-    pub(crate) fn attach(&self, idx: usize, pool: &PagePool) {
-        // SAFETY: the net_iov is live and, being on our free list, attached to
-        // no pool; `pool` is the pool asking for buffers.
-        unsafe { bindings::net_mp_niov_set_page_pool(pool.as_raw(), self.niovs[idx].0.get()) }
-    }
-
-    /// Detaches net_iov `idx` from its pool (`release_netmem` path only).
-    pub(crate) fn detach(&self, idx: usize) {
-        // SAFETY: the net_iov is live; the pool is giving it back to us.
-        unsafe { bindings::net_mp_niov_clear_page_pool(self.niovs[idx].0.get()) }
     }
 }
 
-/// A `netmem_ref`: a page or a net_iov, valid for `'a`.
+/// A share of an area's DMA mapping, from [`NetIovArea::map_dma`]; give it
+/// back with [`NetIovArea::unmap_dma`] (dropping it keeps the mapping).
+#[must_use]
+pub(crate) struct DmaUse {
+    area: usize,
+}
+
+/// One of our buffers that a frag of a live skb holds.
+///
+/// # Invariants
+///
+/// The skb holds a page-pool reference to buffer `idx` of `area` while
+/// this value (which borrows the frag) exists.
+pub(crate) struct FragBuf<'a> {
+    area: &'a NetIovArea,
+    idx: usize,
+}
+
+impl FragBuf<'_> {
+    /// The buffer's index.
+    pub(crate) fn idx(&self) -> usize {
+        self.idx
+    }
+
+    /// Hands the buffer to the user: one more page-pool reference, so it is
+    /// not recycled while the user reads it, then one user reference.
+    pub(crate) fn give_to_user(self) {
+        // Taking a reference is allowed: the skb's keeps the count above 0
+        // (type invariant). Before the user reference (see `urefs`).
+        self.area.pp_ref(self.idx);
+        self.area.urefs.get(self.idx);
+    }
+}
+
+/// A buffer taken off the free list: attached to no pool, no references.
+/// Back to the free list on drop, unless given to the user.
+pub(crate) struct FreeBuf<'a> {
+    area: &'a NetIovArea,
+    idx: usize,
+}
+
+impl FreeBuf<'_> {
+    /// The buffer's index (to fill the page with a copy).
+    pub(crate) fn idx(&self) -> usize {
+        self.idx
+    }
+
+    /// Hands the filled buffer to the user.
+    pub(crate) fn give_to_user(self) {
+        let (area, idx) = (self.area, self.idx);
+        core::mem::forget(self);
+        // INVARIANT: a copy buffer: one page-pool reference, the user's,
+        // set before the user reference (see `urefs`).
+        area.pp_set_refs(idx, 1);
+        area.urefs.get(idx);
+    }
+}
+
+impl Drop for FreeBuf<'_> {
+    fn drop(&mut self) {
+        let mut free = self.area.free.lock();
+        self.area.free_push(&mut free, self.idx);
+    }
+}
+
+/// A buffer a page pool gives back to its provider (`release_netmem`).
+/// Made only by the callback; see [`NetIovArea::take_released`].
+pub(crate) struct Released<'a> {
+    nm: Netmem<'a>,
+}
+
+impl<'a> Released<'a> {
+    /// # Safety
+    ///
+    /// Only from a `release_netmem` callback, for the netmem it was given.
+    pub(super) unsafe fn new(nm: Netmem<'a>) -> Self {
+        Released { nm }
+    }
+}
+
+/// A `netmem_ref`: a page or a net_iov, valid for `'a`. Only for looking
+/// at (is it a net_iov, is it ours); the reference counts are the ledger's.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Netmem<'a>(bindings::netmem_ref, PhantomData<&'a ()>);
 
 impl<'a> Netmem<'a> {
-    /// Wraps a raw netmem reference that stays valid for `'a`.
-    pub(crate) fn from_raw(raw: bindings::netmem_ref) -> Self {
+    /// Wraps a raw netmem reference.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `netmem_ref` (a live page or net_iov, tagged as the
+    /// core does) that stays valid for `'a`.
+    pub(crate) unsafe fn from_raw(raw: bindings::netmem_ref) -> Self {
         Netmem(raw, PhantomData)
     }
 
-    /// The raw reference.
-    pub(crate) fn raw(self) -> bindings::netmem_ref {
+    /// The raw reference (for address comparisons and the C calls of this
+    /// layer).
+    pub(super) fn raw(self) -> bindings::netmem_ref {
         self.0
     }
 
@@ -164,37 +554,5 @@ impl<'a> Netmem<'a> {
     pub(crate) fn is_net_iov(self) -> bool {
         // `netmem_is_net_iov()`: the tag bit.
         self.0 & bindings::NET_IOV as usize != 0
-    }
-
-    /// Takes one more page-pool reference (`page_pool_ref_netmem`).
-    pub(crate) fn pp_ref(self) {
-        // SAFETY: the netmem is valid for `'a` and owned by a page pool or by
-        // the provider, both of which keep `pp_ref_count` meaningful.
-        unsafe { bindings::page_pool_ref_netmem(self.0) }
-    }
-
-    /// Drops one page-pool reference; true if it was the last one.
-    pub(crate) fn pp_unref_and_test(self) -> bool {
-        // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_unref_and_test(self.0) }
-    }
-
-    /// Drops `nr` page-pool references; returns the count left.
-    pub(crate) fn pp_unref(self, nr: i64) -> i64 {
-        // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_unref_netmem(self.0, nr as isize) as i64 }
-    }
-
-    /// Sets the page-pool reference count of a buffer that is not in a pool
-    /// (copy fallback buffers) to `nr`.
-    pub(crate) fn pp_set_refs(self, nr: i64) {
-        // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_fragment_netmem(self.0, nr as isize) }
-    }
-
-    /// The buffer's DMA address.
-    pub(crate) fn dma_addr(self) -> u64 {
-        // SAFETY: as for `pp_ref`.
-        unsafe { bindings::page_pool_get_dma_addr_netmem(self.0) }
     }
 }

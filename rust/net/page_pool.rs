@@ -31,51 +31,59 @@ impl PagePool {
     }
 
     /// The raw pointer.
-    pub(crate) fn as_raw(&self) -> *mut bindings::page_pool {
+    pub(super) fn as_raw(&self) -> *mut bindings::page_pool {
         self.0.get()
     }
 
-    fn raw(&self) -> &bindings::page_pool {
-        // SAFETY: by the type invariant the pool is live; the fields we read
-        // are set at creation and not changed afterwards.
-        unsafe { &*self.0.get() }
+    /// The fields set at creation and never changed afterwards, read
+    /// through a raw place (other fields of a live pool change under us).
+    fn params(&self) -> bindings::page_pool_params__bindgen_ty_1_page_pool_params_fast {
+        // SAFETY: by the type invariant the pool is live; `p` is written
+        // only before the pool is published.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p).read() }
     }
 
     /// The provider's private pointer of this pool.
-    pub(crate) fn mp_priv(&self) -> *mut core::ffi::c_void {
-        self.raw().mp_priv
+    pub(super) fn mp_priv(&self) -> *mut core::ffi::c_void {
+        // SAFETY: live pool; `mp_priv` is set at creation.
+        unsafe { core::ptr::addr_of!((*self.0.get()).mp_priv).read() }
     }
 
-    /// The device the pool maps its buffers for.
-    pub(crate) fn dma_dev(&self) -> *mut bindings::device {
-        self.raw().p.dev
+    /// An identity of the device the pool maps its buffers for, to compare
+    /// with [`crate::mm::dma::DmaDevice::id`].
+    pub(crate) fn dma_dev_id(&self) -> usize {
+        self.params().dev as usize
     }
 
     /// Whether the pool DMA-maps its buffers.
     pub(crate) fn dma_map(&self) -> bool {
-        self.raw().dma_map()
+        // SAFETY: live pool; the flag bits are set at creation.
+        unsafe { (*self.0.get()).dma_map() }
     }
 
     /// Whether the pool's buffers are only written by the device.
     pub(crate) fn dma_from_device(&self) -> bool {
-        self.raw().p.dma_dir == bindings::dma_data_direction_DMA_FROM_DEVICE
+        self.params().dma_dir == bindings::dma_data_direction_DMA_FROM_DEVICE
     }
 
     /// Buffer order (0: one page).
     pub(crate) fn order(&self) -> u32 {
-        self.raw().p.order
+        self.params().order
     }
 
     /// Offset of the data in each buffer.
     pub(crate) fn offset(&self) -> u32 {
-        self.raw().p.offset
+        self.params().offset
     }
 
-    /// Gives `nm`, whose page-pool reference the caller owns and whose last
-    /// user is gone, back to the pool it belongs to (`page_pool_put_unrefed_netmem`).
-    pub(crate) fn put_unrefed(&self, nm: Netmem<'_>) {
-        // SAFETY: the pool is live and `nm` is one of its buffers with no
-        // reference left (the caller just dropped the last one).
+    /// Gives `nm` back to this pool (`page_pool_put_unrefed_netmem`).
+    ///
+    /// # Safety
+    ///
+    /// `nm` is a buffer in flight in this pool whose last page-pool
+    /// reference the caller just dropped (and owned); it is given back once.
+    pub(super) unsafe fn put_unrefed(&self, nm: Netmem<'_>) {
+        // SAFETY: the pool is live; the caller guarantees `nm`.
         unsafe {
             bindings::page_pool_put_unrefed_netmem(
                 self.as_raw(),
@@ -86,21 +94,21 @@ impl PagePool {
         }
     }
 
-    /// Syncs `nm` for the device before the pool hands it to the NIC again,
-    /// when the device needs explicit syncs (the pool itself only syncs what
-    /// it recycles).
-    pub(crate) fn sync_for_device(&self, nm: Netmem<'_>, len: u32) {
-        let dev = self.dma_dev();
-        // SAFETY: `dev` is the pool's live DMA device; the address is one the
-        // provider mapped for it.
+    /// Syncs `len` bytes at DMA address `addr` for the device before the
+    /// pool hands the buffer to the NIC again, when the device needs
+    /// explicit syncs (the pool itself only syncs what it recycles).
+    ///
+    /// # Safety
+    ///
+    /// `addr..addr + len` lies in one buffer mapped `DMA_FROM_DEVICE` for
+    /// this pool's device, and stays mapped during the call.
+    pub(super) unsafe fn sync_for_device(&self, addr: u64, len: u32) {
+        let p = self.params();
+        // SAFETY: `p.dev` is the pool's live DMA device; the caller
+        // guarantees the address range.
         unsafe {
-            if bindings::dma_dev_need_sync(dev) {
-                bindings::__dma_sync_single_for_device(
-                    dev,
-                    nm.dma_addr() + u64::from(self.offset()),
-                    len as usize,
-                    self.raw().p.dma_dir,
-                );
+            if bindings::dma_dev_need_sync(p.dev) {
+                bindings::__dma_sync_single_for_device(p.dev, addr, len as usize, p.dma_dir);
             }
         }
     }
@@ -149,16 +157,24 @@ impl<'a> AllocBatch<'a> {
     }
 
     /// Adds a buffer; it must be attached to this pool with one reference.
-    pub(crate) fn push(&mut self, nm: Netmem<'_>) {
-        if self.len < self.cache.len() {
-            self.cache[self.len] = nm.raw();
-            self.len += 1;
+    /// When the batch is full the buffer is handed back (`Err`): the caller
+    /// still owns it and must not lose it.
+    pub(super) fn push<'b>(&mut self, nm: Netmem<'b>) -> core::result::Result<(), Netmem<'b>> {
+        if self.len >= self.cache.len() {
+            return Err(nm);
         }
+        self.cache[self.len] = nm.raw();
+        self.len += 1;
+        Ok(())
     }
 
     /// Buffers added so far.
     pub(crate) fn netmems(&self) -> impl Iterator<Item = Netmem<'_>> + '_ {
-        self.cache[..self.len].iter().map(|&r| Netmem::from_raw(r))
+        // SAFETY: every entry was pushed from a `Netmem` valid while the
+        // pool (and so the batch) lives.
+        self.cache[..self.len]
+            .iter()
+            .map(|&r| unsafe { Netmem::from_raw(r) })
     }
 
     /// Number of buffers added.

@@ -9,16 +9,18 @@
 //! is an `Arc<T>`: the binding of an rx queue points at it, and every page
 //! pool created for the queue holds a reference from `init` to `destroy`.
 
-use core::ffi::c_void;
+use core::{ffi::c_void, marker::PhantomData};
 
 use kernel::{
     bindings,
     prelude::*,
+    str::CStr,
     sync::{Arc, ArcBorrow}, //
 };
 
 use super::{
-    netmem::Netmem,
+    netdev::{LockedNetDev, NetDevRefBox},
+    netmem::{Netmem, Released},
     page_pool::{AllocBatch, PagePool}, //
 };
 
@@ -28,7 +30,7 @@ pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>);
 
     /// Take back a buffer the pool no longer wants.
-    fn release_netmem(this: ArcBorrow<'_, Self>, pool: &PagePool, nm: Netmem<'_>);
+    fn release_netmem(this: ArcBorrow<'_, Self>, released: Released<'_>);
 
     /// Check that `pool` suits this provider. After success the pool holds a
     /// reference to the provider until it is destroyed.
@@ -38,36 +40,47 @@ pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
     /// dropped right after.
     fn destroy(this: ArcBorrow<'_, Self>);
 
-    /// The rx queue's device is going away: drop what refers to it. The
-    /// binding is cleared by the core afterwards.
-    fn uninstall(this: ArcBorrow<'_, Self>);
+    /// The rx queue's device is going away: drop what refers to it, and
+    /// end the queue's [`Binding`] with [`Binding::uninstalled`]. The core
+    /// clears the queue's binding afterwards.
+    fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>);
 }
 
-/// A `struct memory_provider_ops` that can live in a `static`.
+/// The `struct memory_provider_ops` of provider type `T`, in a `static`.
 #[repr(transparent)]
-pub(crate) struct ProviderOps(bindings::memory_provider_ops);
+pub(crate) struct ProviderOps<T> {
+    ops: bindings::memory_provider_ops,
+    _t: PhantomData<fn(T)>,
+}
 
 // SAFETY: the table is never written after initialisation; the owner pointer
 // is only used by the core's module reference counting.
-unsafe impl Sync for ProviderOps {}
+unsafe impl<T> Sync for ProviderOps<T> {}
 
-impl ProviderOps {
+impl<T: MemoryProvider> ProviderOps<T> {
     /// Builds the ops of `T`, owned by `owner`.
-    pub(crate) const fn new<T: MemoryProvider>(owner: *mut bindings::module) -> Self {
-        ProviderOps(bindings::memory_provider_ops {
-            owner,
-            alloc_netmems: Some(alloc_netmems::<T>),
-            release_netmem: Some(release_netmem::<T>),
-            init: Some(init::<T>),
-            destroy: Some(destroy::<T>),
-            nl_fill: Some(nl_fill),
-            uninstall: Some(uninstall::<T>),
-        })
+    ///
+    /// # Safety
+    ///
+    /// `owner` is the module that contains `T`'s code (so that the core's
+    /// reference on it keeps the callbacks loaded).
+    pub(crate) const unsafe fn new(owner: *mut bindings::module) -> Self {
+        ProviderOps {
+            ops: bindings::memory_provider_ops {
+                owner,
+                alloc_netmems: Some(alloc_netmems::<T>),
+                release_netmem: Some(release_netmem::<T>),
+                init: Some(init::<T>),
+                destroy: Some(destroy::<T>),
+                nl_fill: Some(nl_fill),
+                uninstall: Some(uninstall::<T>),
+            },
+            _t: PhantomData,
+        }
     }
 
-    /// The raw table.
-    pub(crate) fn as_raw(&'static self) -> *const bindings::memory_provider_ops {
-        &self.0
+    fn as_raw(&'static self) -> *const bindings::memory_provider_ops {
+        &self.ops
     }
 }
 
@@ -75,14 +88,14 @@ impl ProviderOps {
 /// module (so that the core pins the module while the ops are in use).
 macro_rules! memory_provider_ops {
     ($name:ident, $t:ty) => {
-        static $name: $crate::net::provider::ProviderOps = {
+        static $name: $crate::net::provider::ProviderOps<$t> = {
             #[allow(improper_ctypes)]
             extern "C" {
                 static __this_module: ::kernel::types::Opaque<::kernel::bindings::module>;
             }
-            // SAFETY: only the address of the module structure is taken; it
-            // is valid for the whole life of the module.
-            $crate::net::provider::ProviderOps::new::<$t>(unsafe { __this_module.get() })
+            // SAFETY: the address of this module's structure, valid for the
+            // whole life of the module, which contains `$t`'s code.
+            unsafe { $crate::net::provider::ProviderOps::<$t>::new(__this_module.get()) }
         };
     };
 }
@@ -136,11 +149,11 @@ unsafe extern "C" fn release_netmem<T: MemoryProvider>(
     // SAFETY: the core passes a live pool.
     let pool = unsafe { PagePool::from_raw(pp) };
     // SAFETY: `pool` uses our ops.
-    T::release_netmem(
-        unsafe { provider_of::<T>(pool) },
-        pool,
-        Netmem::from_raw(netmem),
-    );
+    let this = unsafe { provider_of::<T>(pool) };
+    // SAFETY: the core passes a netmem of `pool`, live during the call, and
+    // gives it back to us (this is the release callback).
+    let released = unsafe { Released::new(Netmem::from_raw(netmem)) };
+    T::release_netmem(this, released);
     // The provider keeps the buffer: the pool must not free it as a page.
     false
 }
@@ -205,24 +218,117 @@ unsafe extern "C" fn nl_fill(
 /// # Safety
 ///
 /// Called by the core only, with the `mp_priv` of a binding of `T` whose
-/// queue is still bound.
+/// queue is still bound, and that queue.
 unsafe extern "C" fn uninstall<T: MemoryProvider>(
     mp_priv: *mut c_void,
-    _rxq: *mut bindings::netdev_rx_queue,
+    rxq: *mut bindings::netdev_rx_queue,
 ) {
-    // SAFETY: `mp_priv` comes from a binding of `T`, whose owner keeps the
-    // `Arc<T>` alive for as long as the queue is bound.
-    T::uninstall(unsafe { ArcBorrow::from_raw(mp_priv.cast::<T>()) });
+    // SAFETY: `mp_priv` comes from a [`Binding`] of `T`, which owns a
+    // reference to the `Arc<T>` for as long as the queue is bound.
+    let this = unsafe { ArcBorrow::from_raw(mp_priv.cast::<T>()) };
+    let token = Uninstall {
+        mp_priv: mp_priv as usize,
+        rxq: rxq as usize,
+        _p: PhantomData,
+    };
+    T::uninstall(this, &token);
 }
 
-/// The parameters that bind an rx queue to `this`, a provider of type `T`
-/// that lives in an `Arc<T>`. Binding and unbinding must use equal params.
-pub(crate) fn params<T: MemoryProvider>(
-    ops: &'static ProviderOps,
-    this: &T,
+/// Proof that the core is uninstalling the binding of one rx queue: given
+/// to [`MemoryProvider::uninstall`], which passes it to
+/// [`Binding::uninstalled`].
+pub(crate) struct Uninstall<'a> {
+    mp_priv: usize,
+    rxq: usize,
+    _p: PhantomData<&'a ()>,
+}
+
+/// The binding of an rx queue to a provider of type `T`, from
+/// [`bind_rxq`] until [`Binding::unbind`] (or drop) or, when the device goes
+/// away, [`Binding::uninstalled`].
+///
+/// # Invariants
+///
+/// The queue `rxq` of `dev` is bound with `mp_ops == ops` and `mp_priv ==
+/// Arc::as_ptr(&this)`: the queue's pointer is backed by the reference
+/// `this` holds.
+pub(crate) struct Binding<T: MemoryProvider> {
+    dev: NetDevRefBox,
+    rxq: u32,
+    ops: &'static ProviderOps<T>,
+    this: Arc<T>,
+}
+
+/// Binds rx queue `rxq` of the locked `dev` to `this`, a provider of type
+/// `T` with ops `ops` (restarting the queue). On failure returns the errno
+/// and the core's explanation, if any.
+pub(crate) fn bind_rxq<T: MemoryProvider>(
+    dev: &LockedNetDev,
+    rxq: u32,
+    ops: &'static ProviderOps<T>,
+    this: Arc<T>,
+) -> core::result::Result<Binding<T>, (Error, Option<&'static CStr>)> {
+    let held = dev.hold().map_err(|e| (e, None))?;
+    let p = params(ops, &this);
+    // SAFETY: `p` names our ops and an `Arc<T>` that the returned binding
+    // keeps alive until the queue is unbound or uninstalled.
+    unsafe { dev.mp_open_rxq(rxq, &p) }?;
+    // INVARIANT: bound just now with `p`.
+    Ok(Binding {
+        dev: held,
+        rxq,
+        ops,
+        this,
+    })
+}
+
+impl<T: MemoryProvider> Binding<T> {
+    /// Unbinds the queue (it restarts without the provider).
+    pub(crate) fn unbind(self) {
+        drop(self);
+    }
+
+    /// Ends the binding the core is uninstalling (the device is going
+    /// away): drops the device reference and the provider reference
+    /// without unbinding, which the core does itself. A token of another
+    /// queue's uninstall leaves the binding in place (with a warning): the
+    /// queue must keep its provider.
+    pub(crate) fn uninstalled(self, token: &Uninstall<'_>) {
+        let mine = token.mp_priv == Arc::as_ptr(&self.this) as usize
+            && token.rxq == self.dev.rx_queue_id(self.rxq);
+        if !mine {
+            pr_warn!("uninstalled: not this binding's uninstall\n");
+            // Keep the queue's provider alive: leak the binding.
+            core::mem::forget(self);
+            return;
+        }
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the fields are
+        // moved out once each.
+        let (dev, arc) = unsafe { (core::ptr::read(&this.dev), core::ptr::read(&this.this)) };
+        drop(dev);
+        drop(arc);
+    }
+}
+
+impl<T: MemoryProvider> Drop for Binding<T> {
+    fn drop(&mut self) {
+        let p = params(self.ops, &self.this);
+        // The binding's own parameters (type invariant); afterwards the
+        // queue no longer points at `this`, whose reference is dropped next.
+        self.dev.lock().mp_close_rxq(self.rxq, &p);
+    }
+}
+
+/// The parameters that bind an rx queue to `this`.
+fn params<T: MemoryProvider>(
+    ops: &'static ProviderOps<T>,
+    this: &Arc<T>,
 ) -> bindings::pp_memory_provider_params {
     bindings::pp_memory_provider_params {
-        mp_priv: core::ptr::from_ref(this).cast_mut().cast(),
+        // The pointer from the `Arc` itself: valid for `Arc::from_raw` and
+        // `ArcBorrow::from_raw` in the callbacks.
+        mp_priv: Arc::as_ptr(this).cast_mut().cast(),
         mp_ops: ops.as_raw(),
         ..pin_init::zeroed()
     }

@@ -11,6 +11,7 @@ use kernel::{
 };
 
 use super::netmem::Netmem;
+use crate::mm::pin::MappedPage;
 
 /// A `struct sk_buff`, borrowed from the socket's receive queue.
 ///
@@ -68,19 +69,26 @@ impl SkBuff {
         }
     }
 
-    /// Copies `len` bytes starting at `offset` of the data to `dst`
-    /// (`skb_copy_bits`): works for the linear part, page frags and the frag
-    /// list, but not for unreadable (net_iov) frags.
-    ///
-    /// # Safety
-    ///
-    /// `dst` must be valid for writes of `len` bytes.
-    pub(crate) unsafe fn copy_bits_to_raw(&self, offset: u32, dst: *mut u8, len: usize) -> Result {
+    /// Copies `len` bytes starting at `offset` of the data to the start of
+    /// `page` (`skb_copy_bits`): works for the linear part, page frags and
+    /// the frag list, but not for unreadable (net_iov) frags (`EFAULT`).
+    /// `EINVAL` if `len` exceeds the page.
+    pub(crate) fn copy_bits_to_page(
+        &self,
+        offset: u32,
+        page: &mut MappedPage<'_>,
+        len: usize,
+    ) -> Result {
+        if len > MappedPage::LEN {
+            return Err(EINVAL);
+        }
         let len = i32::try_from(len).map_err(|_| EINVAL)?;
         let off = i32::try_from(offset).map_err(|_| EINVAL)?;
-        // SAFETY: the skb is live; the caller guarantees `dst`.
+        // SAFETY: the skb is live; `page` is valid for writes of `LEN >=
+        // len` bytes (type invariant of `MappedPage`); `skb_copy_bits`
+        // checks `offset + len` against the skb and fails otherwise.
         kernel::error::to_result(unsafe {
-            bindings::skb_copy_bits(self.as_raw(), off, dst.cast(), len)
+            bindings::skb_copy_bits(self.as_raw(), off, page.as_mut_ptr().cast(), len)
         })
     }
 }
@@ -112,8 +120,9 @@ impl Frag {
 
     /// The buffer holding the data.
     pub(crate) fn netmem(&self) -> Netmem<'_> {
-        // SAFETY: as for `size`; the skb holds a reference to the buffer.
-        Netmem::from_raw(unsafe { (*self.as_raw()).netmem })
+        // SAFETY: as for `size`; the skb holds a reference to the buffer,
+        // so it is valid while the frag is borrowed.
+        unsafe { Netmem::from_raw((*self.as_raw()).netmem) }
     }
 }
 

@@ -40,16 +40,8 @@ impl TcpSocket {
         // SAFETY: a live socket file has its socket, whose `sk` is set for
         // inet sockets; it lives as long as the file.
         let sk = NonNull::new(unsafe { (*sock).sk }).ok_or(ENOTSOCK)?;
-        // SAFETY: `sk` is live; `sk_prot` is set for every sock. `tcp_prot`
-        // is exported and its recvmsg is shared by TCP over IPv4 and IPv6.
-        let is_tcp = unsafe {
-            bindings::sk_is_tcp(sk.as_ptr())
-                && (*(*sk.as_ptr()).__sk_common.skc_prot)
-                    .recvmsg
-                    .map(|f| f as usize)
-                    == bindings::tcp_prot.recvmsg.map(|f| f as usize)
-        };
-        if !is_tcp {
+        // SAFETY: `sk` is live (it belongs to the file we hold).
+        if !unsafe { is_plain_tcp(sk) } {
             return Err(EPROTONOSUPPORT);
         }
         Ok(Self { file, sk })
@@ -61,10 +53,37 @@ impl TcpSocket {
     }
 
     /// Takes the socket lock (`lock_sock`), as a receive call does.
-    pub(crate) fn lock(&self) -> LockedSock<'_> {
+    /// `EPROTONOSUPPORT` if, by then, the socket is no longer read as plain
+    /// TCP (an upper layer such as kTLS or a sockmap took it over since
+    /// [`TcpSocket::from_fd`] looked; they switch under this lock).
+    pub(crate) fn lock(&self) -> Result<LockedSock<'_>> {
         // SAFETY: the sock is live; lock_sock may sleep, we are in process context.
         unsafe { bindings::lock_sock(self.sk.as_ptr()) };
-        LockedSock { sock: self }
+        // INVARIANT: checked under the lock, dropped (unlocking) on failure.
+        let locked = LockedSock { sock: self };
+        // SAFETY: the sock is live.
+        if !unsafe { is_plain_tcp(self.sk) } {
+            return Err(EPROTONOSUPPORT);
+        }
+        Ok(locked)
+    }
+}
+
+/// Whether `sk` is a TCP socket read by TCP itself: its protocol's
+/// `recvmsg` is `tcp_prot`'s (shared by IPv4 and IPv6), which kTLS with a
+/// receive key, sockmap/BPF and other upper layers replace.
+///
+/// # Safety
+///
+/// `sk` is a live sock.
+unsafe fn is_plain_tcp(sk: NonNull<bindings::sock>) -> bool {
+    // SAFETY: `sk` is live; `sk_prot` is set for every sock and read once
+    // (it is switched with WRITE_ONCE under the socket lock). `tcp_prot`
+    // is exported.
+    unsafe {
+        let prot = core::ptr::addr_of!((*sk.as_ptr()).__sk_common.skc_prot).read_volatile();
+        bindings::sk_is_tcp(sk.as_ptr())
+            && (*prot).recvmsg.map(|f| f as usize) == bindings::tcp_prot.recvmsg.map(|f| f as usize)
     }
 }
 
@@ -85,6 +104,12 @@ pub(crate) enum TcpState {
 pub(crate) struct QueueTail(*mut bindings::sk_buff);
 
 /// A locked TCP socket, unlocked (`release_sock`) on drop.
+///
+/// # Invariants
+///
+/// We hold the socket lock, and while we do the socket is read by TCP
+/// itself (checked under the lock at [`TcpSocket::lock`] and after every
+/// wait that released it). Not `Send` (the lock is the task's).
 pub(crate) struct LockedSock<'a> {
     sock: &'a TcpSocket,
 }
@@ -210,10 +235,18 @@ impl LockedSock<'_> {
     /// Passing the tail rather than none is what keeps a reader that cannot
     /// consume the queued data from spinning: with a NULL tail
     /// `sk_wait_data()` returns at once while anything is queued.
+    ///
+    /// `EPROTONOSUPPORT` if an upper layer (kTLS, sockmap) took the socket
+    /// over while the lock was released: nothing may be read any more.
     pub(crate) fn wait_data(&mut self, timeo: &mut isize, seen: QueueTail) -> Result {
         // SAFETY: the sock is live and locked, as sk_wait_data requires;
         // `seen` is only compared with the queue's tail, never dereferenced.
         unsafe { bindings::sk_wait_data(self.sk(), timeo, seen.0) };
+        // The wait released the lock: re-establish the type invariant.
+        // SAFETY: the sock is live.
+        if !unsafe { is_plain_tcp(self.sock.sk) } {
+            return Err(EPROTONOSUPPORT);
+        }
         // SAFETY: reading the current task's signal state is always safe.
         if unsafe { bindings::signal_pending(bindings::get_current()) } != 0 {
             // SAFETY: pure computation on the timeout.

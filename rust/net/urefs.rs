@@ -6,10 +6,24 @@
 //!
 //! The counts can never underflow: a return for a buffer the user does not
 //! hold is refused, which is how bad or repeated refill entries are caught.
+//!
+//! Ordering. Each user reference stands for one page-pool reference that
+//! the receive path took *before* the user reference ([`UserRefs::get`]),
+//! and that the refill path drops *after* taking the user reference back
+//! ([`UserRefs::put`]), possibly on another CPU. The page-pool reference
+//! is a relaxed atomic. `get` is a release and a successful `put` (or
+//! `take_all`) an acquire, so a `put` that sees the user reference also
+//! sees the page-pool reference taken before it: the refill path can never
+//! drop the pool's count to zero (and recycle the buffer) while an skb
+//! still holds it, on any architecture. A copy buffer's count is set
+//! before `get` in the same way.
 
 use kernel::{
     prelude::*,
-    sync::atomic::{ordering::Relaxed, Atomic}, //
+    sync::atomic::{
+        ordering::{Acquire, Relaxed, Release},
+        Atomic,
+    }, //
 };
 
 /// Per-buffer user reference counts.
@@ -24,20 +38,21 @@ pub(crate) struct UserRefs {
 impl UserRefs {
     /// `n` buffers, none held.
     pub(crate) fn new(n: usize) -> Result<Self> {
-        let mut refs = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut refs = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
         for _ in 0..n {
-            refs.push(Atomic::new(0), GFP_KERNEL)?;
+            refs.push(Atomic::new(0), GFP_KERNEL_ACCOUNT)?;
         }
         Ok(Self { refs })
     }
 
-    /// The user now holds buffer `i` once more.
+    /// The user now holds buffer `i` once more. Release: publishes the
+    /// page-pool reference taken for it (see the module comment).
     pub(crate) fn get(&self, i: usize) {
-        self.refs[i].add(1, Relaxed);
+        self.refs[i].fetch_add(1, Release);
     }
 
     /// The user gives buffer `i` back once. False (and nothing changes) if
-    /// the user does not hold it.
+    /// the user does not hold it. Acquire on success: pairs with `get`.
     pub(crate) fn put(&self, i: usize) -> bool {
         let r = &self.refs[i];
         let mut old = r.load(Relaxed);
@@ -45,7 +60,7 @@ impl UserRefs {
             if old == 0 {
                 return false;
             }
-            match r.cmpxchg(old, old - 1, Relaxed) {
+            match r.cmpxchg(old, old - 1, Acquire) {
                 Ok(_) => break,
                 Err(cur) => old = cur,
             }
@@ -60,7 +75,7 @@ impl UserRefs {
         if r.load(Relaxed) == 0 {
             return 0;
         }
-        r.xchg(0, Relaxed)
+        r.xchg(0, Acquire)
     }
 
     /// Current count of buffer `i` (for the KUnit suites).

@@ -32,13 +32,13 @@ impl FreeList {
     /// A list of `n` buffers, all free; `pop` hands out 0, 1, 2, ... first.
     pub(crate) fn new_full(n: usize) -> Result<Self> {
         let n32 = u32::try_from(n).map_err(|_| EINVAL)?;
-        let mut stack = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut stack = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
         for i in (0..n32).rev() {
-            stack.push(i, GFP_KERNEL)?;
+            stack.push(i, GFP_KERNEL_ACCOUNT)?;
         }
         let words = n.div_ceil(64);
-        let mut free = KVVec::with_capacity(words, GFP_KERNEL)?;
-        free.resize(words, u64::MAX, GFP_KERNEL)?;
+        let mut free = KVVec::with_capacity(words, GFP_KERNEL_ACCOUNT)?;
+        free.resize(words, u64::MAX, GFP_KERNEL_ACCOUNT)?;
         if n % 64 != 0 {
             if let Some(last) = free.last_mut() {
                 *last = (1u64 << (n % 64)) - 1;
