@@ -20,6 +20,7 @@ macro_rules! tryo {
 }
 
 mod common;
+mod edges;
 mod errors;
 mod lifecycle;
 mod net;
@@ -67,6 +68,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     let mut v = Vec::new();
     v.extend_from_slice(lifecycle::TESTS);
     v.extend_from_slice(errors::TESTS);
+    v.extend_from_slice(edges::TESTS);
     v.extend_from_slice(stream::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);

@@ -207,7 +207,8 @@ impl Zcrx {
     }
 
     /// Binds to rx queue `rxq` of `ifindex` (the caller's network namespace)
-    /// and maps the refill ring. `rq_entries == 0`: one entry per buffer of
+    /// and maps the refill ring. After [`Zcrx::unbind`] (or the device going
+    /// away) the context can bind again; the new ring replaces the old one. `rq_entries == 0`: one entry per buffer of
     /// the area, so the ring can never be full.
     pub fn bind(&mut self, ifindex: u32, rxq: u32, rq_entries: u32) -> io::Result<()> {
         let entries = if rq_entries != 0 {
@@ -219,12 +220,15 @@ impl Zcrx {
         let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
         ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize)?;
         let map = Mapping::shared(self.fd.as_raw_fd(), b.mmap_len as usize)?;
+        // Binding again after UNBIND: the kernel took what the old ring held;
+        // returns still waiting in its backlog go through the new ring.
+        let backlog = self.ring.take().map(|r| r.backlog).unwrap_or_default();
         self.ring = Some(Ring {
             map,
             offsets: b.offsets,
             entries: b.rq_entries,
             tail: 0,
-            backlog: Vec::new(),
+            backlog,
             page_mask: !(page_size() as u64 - 1),
         });
         Ok(())
@@ -263,6 +267,12 @@ impl Zcrx {
         // SAFETY: inside our mapping; the kernel does not write a buffer
         // while the user holds it.
         unsafe { std::slice::from_raw_parts(a.ptr.add(r.off as usize), r.len as usize) }
+    }
+
+    /// Address and length of the refill ring's mapping, if bound (for tests
+    /// that hand odd memory to the kernel).
+    pub fn ring_mapping(&self) -> Option<(u64, usize)> {
+        self.ring.as_ref().map(|r| (r.map.ptr as u64, r.map.len))
     }
 
     /// Room left in the refill ring.

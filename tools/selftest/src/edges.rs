@@ -1,0 +1,514 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! uAPI edges: memory that must not become an area, ring mappings that must
+//! be refused, one errno rule per case, STATS counting only what the user
+//! got, and binding again after UNBIND.
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::sys::errno_name;
+use zcrx::uapi::*;
+use zcrx::{dev::page_size, Pattern, Rec, Zcrx};
+
+use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::net::{addr_a, connect, in_netns, join, receive_from, Nsim, NS_A, NS_B};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("area_refuses_odd_memory", area_refuses_odd_memory),
+    ("ring_mmap_rules", ring_mmap_rules),
+    ("errno_rules", errno_rules),
+    ("stats_count_only_delivered", stats_count_only_delivered),
+    ("unbind_then_bind_again", unbind_then_bind_again),
+    ("socket_taken_over_while_waiting", socket_taken_over_while_waiting),
+];
+
+fn expect_errno<T>(what: &str, r: std::io::Result<T>, want: i32) -> Result<(), String> {
+    match r {
+        Ok(_) => Err(format!("{what}: succeeded, expected {}", errno_name(want))),
+        Err(e) if e.raw_os_error() == Some(want) => Ok(()),
+        Err(e) => Err(format!("{what}: {e}, expected {}", errno_name(want))),
+    }
+}
+
+/// An mmap the test owns; unmapped on drop.
+struct Map(*mut libc::c_void, usize);
+
+impl Map {
+    fn new(len: usize, prot: i32, flags: i32, fd: i32) -> Result<Map, String> {
+        // SAFETY: a fresh mapping chosen by the kernel.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Map(p, len))
+    }
+    fn addr(&self) -> u64 {
+        self.0 as u64
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.0, self.1) };
+    }
+}
+
+fn memfd(len: usize) -> Result<i32, String> {
+    let name = std::ffi::CString::new("zcrx-edges").unwrap();
+    // SAFETY: a valid name; we own the new fd.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+    // SAFETY: sizing our own memfd.
+    if fd < 0 || unsafe { libc::ftruncate(fd, len as i64) } != 0 {
+        return Err("memfd_create".into());
+    }
+    Ok(fd)
+}
+
+/// Memory that is not writable, not ordinary, or privately mapped from a
+/// file is refused, with one errno per case, and nothing is left behind.
+fn area_refuses_odd_memory(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let ps = page_size();
+    let len = 4 * ps;
+    let (rw, anon) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+    let z = tryo!(Zcrx::open().map_err(|e| e.to_string()));
+    let mfd = tryo!(memfd(len));
+    let cases: Vec<(&str, Map, i32)> = vec![
+        ("read-only anonymous memory", tryo!(Map::new(len, libc::PROT_READ, anon, -1)), libc::EACCES),
+        ("PROT_NONE anonymous memory", tryo!(Map::new(len, libc::PROT_NONE, anon, -1)), libc::EACCES),
+        ("MAP_PRIVATE of a memfd", tryo!(Map::new(len, rw, libc::MAP_PRIVATE, mfd)), libc::EOPNOTSUPP),
+        ("read-only MAP_SHARED memfd", tryo!(Map::new(len, libc::PROT_READ, libc::MAP_SHARED, mfd)), libc::EACCES),
+    ];
+    for (what, m, want) in &cases {
+        tryo!(expect_errno(what, z.register_raw(m.addr(), len as u64), *want));
+    }
+    // A range that starts in good memory and runs into bad: refused whole.
+    let good = tryo!(Map::new(2 * len, rw, anon, -1));
+    // SAFETY: making the second half of our own mapping read-only.
+    unsafe { libc::mprotect((good.addr() as usize + len) as *mut _, len, libc::PROT_READ) };
+    tryo!(expect_errno("writable memory running into read-only", z.register_raw(good.addr(), 2 * len as u64), libc::EACCES));
+    // What is allowed still is: private anonymous and a shared memfd.
+    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(good.addr(), len as u64)).map_err(|e| format!("anonymous: {e}")));
+    let shared = tryo!(Map::new(len, rw, libc::MAP_SHARED, mfd));
+    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(shared.addr(), len as u64)).map_err(|e| format!("shared memfd: {e}")));
+    let st = tryo!(z.stats().map_err(|e| e.to_string()));
+    if st.area_buffers != 0 {
+        return Fail(format!("an area of {} buffers exists after only refusals", st.area_buffers));
+    }
+    env.diag(&format!("{} refusals, each with its documented errno; anonymous and shared memfd memory accepted", cases.len() + 1));
+    drop(cases);
+    drop(z);
+    // SAFETY: our fd.
+    unsafe { libc::close(mfd) };
+    tryo!(wait_idle(Duration::from_secs(5)));
+    Pass
+}
+
+/// The refill ring maps only shared, from offset 0, and is never an area.
+fn ring_mmap_rules(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let ps = page_size();
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * ps).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
+        let fd = z.raw_fd();
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        expect_errno("MAP_PRIVATE of the ring", Map::new(ps, rw, libc::MAP_PRIVATE, fd).map_err(|_| std::io::Error::last_os_error()), libc::EINVAL)?;
+        // SAFETY: an mmap at a non-zero offset that must fail.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), ps, rw, libc::MAP_SHARED, fd, ps as i64) };
+        if p != libc::MAP_FAILED {
+            return Err("mmap of the ring at offset 4096 succeeded".into());
+        }
+        // The ring's own mapping (kernel memory) offered as an area, to
+        // this context's sibling: refused, never received into.
+        let (addr, len) = z.ring_mapping().ok_or("no ring mapping")?;
+        let z2 = Zcrx::open().map_err(|e| e.to_string())?;
+        expect_errno("a refill ring as an area", z2.register_raw(addr, len as u64), libc::EOPNOTSUPP)?;
+        // A second shared mapping of the ring is fine (and is no area either).
+        let m = Map::new(ps, rw, libc::MAP_SHARED, fd)?;
+        expect_errno("a second ring mapping as an area", z2.register_raw(m.addr(), ps as u64), libc::EOPNOTSUPP)?;
+        Ok(())
+    });
+    tryo!(join(h));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// One errno per case: a NULL record array is EFAULT (like recv() with a
+/// NULL buffer), UNBIND of a context that is not bound is EINVAL every time.
+fn errno_rules(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(64 * page_size()).map_err(|e| e.to_string())?;
+        expect_errno("UNBIND, never bound", z.unbind(), libc::EINVAL)?;
+        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
+        let mut r = zcrx_rs_recv { sockfd: 0, nr_recs: 4, recs: 0, ..Default::default() };
+        expect_errno(
+            "RECV with recs = NULL",
+            zcrx::sys::ioctl(&z.raw_fd(), IOC_RECV as _, &mut r as *mut _ as usize),
+            libc::EFAULT,
+        )?;
+        z.unbind().map_err(|e| format!("UNBIND: {e}"))?;
+        expect_errno("second UNBIND", z.unbind(), libc::EINVAL)?;
+        expect_errno("third UNBIND", z.unbind(), libc::EINVAL)?;
+        Ok(())
+    });
+    tryo!(join(h));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// A RECV whose records cannot be written (a read-only record array) fails
+/// with EFAULT, leaves the data in the socket and adds nothing to STATS;
+/// STATS then matches exactly what the records delivered.
+fn stats_count_only_delivered(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let bytes = env.bytes(8 << 20);
+    let pat = Arc::new(Pattern::new(4242));
+    let p2 = pat.clone();
+    let port = 7301;
+    let rx = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(8 << 20).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
+        let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        // Wait for data, then receive into a read-only record array.
+        let ro = Map::new(page_size(), libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
+        let mut faults = 0;
+        for _ in 0..3 {
+            let mut r = zcrx_rs_recv {
+                sockfd: s.as_raw_fd(),
+                nr_recs: 64,
+                recs: ro.addr(),
+                ..Default::default()
+            };
+            expect_errno(
+                "RECV into a read-only record array",
+                zcrx::sys::ioctl(&z.raw_fd(), IOC_RECV as _, &mut r as *mut _ as usize),
+                libc::EFAULT,
+            )?;
+            faults += 1;
+        }
+        let st = z.stats().map_err(|e| e.to_string())?;
+        if st.zc_bytes + st.copy_bytes != 0 || st.zc_records + st.copy_records != 0 || st.user_held != 0 {
+            return Err(format!(
+                "after {faults} failed RECVs STATS says zc {} B/{} recs, copy {} B/{} recs, user holds {}",
+                st.zc_bytes, st.zc_records, st.copy_bytes, st.copy_records, st.user_held
+            ));
+        }
+        let rx = receive_from(&mut z, &s, &p2, 0, None)?;
+        let st = z.stats().map_err(|e| e.to_string())?;
+        Ok((rx, st))
+    });
+    let tx = in_netns(NS_B, move || {
+        let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
+        let mut off = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        while off < bytes {
+            let k = (bytes - off).min(buf.len() as u64) as usize;
+            pat.fill(off, &mut buf[..k]);
+            c.write_all(&buf[..k]).map_err(|e| format!("send: {e}"))?;
+            off += k as u64;
+        }
+        Ok::<_, String>(off)
+    });
+    let sent = join(tx);
+    let (rx, st) = tryo!(join(rx));
+    let sent = tryo!(sent);
+    if rx.bytes != sent {
+        return Fail(format!("received {} of {sent} bytes", rx.bytes));
+    }
+    if st.zc_bytes != rx.zc_bytes || st.copy_bytes != rx.copy_bytes || st.zc_records + st.copy_records != rx.records {
+        return Fail(format!(
+            "STATS zc {} copy {} in {} records; the records delivered zc {} copy {} in {}",
+            st.zc_bytes,
+            st.copy_bytes,
+            st.zc_records + st.copy_records,
+            rx.zc_bytes,
+            rx.copy_bytes,
+            rx.records
+        ));
+    }
+    if rx.zc_bytes == 0 {
+        return Fail("nothing came zero-copy".into());
+    }
+    env.diag(&format!(
+        "3 RECVs into a read-only array: EFAULT, STATS unchanged; then {} byte-exact, zero-copy {} copied {}, STATS equal",
+        mib(rx.bytes),
+        mib(rx.zc_bytes),
+        mib(rx.copy_bytes)
+    ));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// UNBIND, then BIND again — the same queue and the other one — with
+/// buffers still held from the first binding: every stream byte-exact and
+/// zero-copy on each binding, the held buffers go back through the new
+/// ring, and everything is released at the end.
+fn unbind_then_bind_again(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    // Two queues; each phase has its own connection, whose sender runs on
+    // the CPU that puts it on the bound queue (XPS, see `Nsim::up`).
+    let n = tryo!(Nsim::up(2));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let before = [tryo!(n.stats(1, 0)), tryo!(n.stats(1, 1))];
+    let part = env.bytes(8 << 20);
+    let pat = Arc::new(Pattern::new(777));
+    let port = 7302;
+    let p2 = pat.clone();
+    let rx = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(16 << 20).map_err(|e| e.to_string())?;
+        let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
+        let mut lines = Vec::new();
+        let mut held: Vec<Rec> = Vec::new();
+        // Phase q: bind queue q, accept a connection whose sender runs on
+        // CPU q (so its packets arrive on rx queue q), receive `part`.
+        for (phase, q) in [(0u32, 0u32), (1, 0), (2, 1)] {
+            z.bind(a_idx, q, 0).map_err(|e| format!("phase {phase}: BIND queue {q}: {e}"))?;
+            if !held.is_empty() {
+                // Buffers of the earlier binding go back through this ring.
+                z.refill(&held).map_err(|e| format!("refill held: {e}"))?;
+                held.clear();
+            }
+            let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            // Bound and ready: tell the sender to start.
+            s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
+            let before = z.stats().map_err(|e| e.to_string())?;
+            // Keep a few buffers of this phase out until the next binding.
+            let mut recs = vec![Rec::default(); 8];
+            let first = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("phase {phase}: first RECV: {e}"))?;
+            let mut got = 0u64;
+            for r in &recs[..first.records] {
+                if let Some(bad) = p2.check(got, z.data(r)) {
+                    return Err(format!("phase {phase}: payload mismatch at {bad}"));
+                }
+                got += u64::from(r.len);
+            }
+            held.extend_from_slice(&recs[..first.records]);
+            let rx = receive_from(&mut z, &s, &p2, got, None)?;
+            if got + rx.bytes != part {
+                return Err(format!("phase {phase}: received {} of {part} bytes", got + rx.bytes));
+            }
+            let st = z.stats().map_err(|e| e.to_string())?;
+            if rx.zc_bytes == 0 {
+                return Err(format!("phase {phase} (queue {q}): nothing came zero-copy ({} copied)", rx.copy_bytes));
+            }
+            lines.push(format!(
+                "phase {phase}: queue {q}, {} byte-exact, zero-copy {} copied {} (records); STATS zc {}, \
+                 copied {}, pool ran dry {} times",
+                mib(part),
+                mib(rx.zc_bytes + first.bytes),
+                mib(rx.copy_bytes),
+                mib(st.zc_bytes.saturating_sub(before.zc_bytes)),
+                mib(st.copy_bytes.saturating_sub(before.copy_bytes)),
+                st.alloc_fail.saturating_sub(before.alloc_fail)
+            ));
+            drop(s);
+            z.unbind().map_err(|e| format!("phase {phase}: UNBIND: {e}"))?;
+        }
+        // Give the last phase's held buffers back: with nothing bound the
+        // ring is drained by the next copy RECV or at close; close now.
+        let held_n = held.len();
+        drop(z);
+        lines.push(format!("{held_n} buffers still held at close, taken back by the close"));
+        Ok(lines)
+    });
+    let tx = in_netns(NS_B, move || {
+        for phase in 0..3u32 {
+            let q = if phase == 2 { 1 } else { 0 };
+            // Send from CPU q: XPS puts the flow on tx queue q, which
+            // netdevsim delivers to rx queue q.
+            zcrx::sys::pin_to_cpu(q as usize).map_err(|e| format!("pin to CPU {q}: {e}"))?;
+            let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
+            let mut go = [0u8; 1];
+            std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("phase {phase}: waiting for go: {e}"))?;
+            let mut off = 0u64;
+            let mut buf = vec![0u8; 64 << 10];
+            while off < part {
+                let k = (part - off).min(buf.len() as u64) as usize;
+                pat.fill(off, &mut buf[..k]);
+                c.write_all(&buf[..k]).map_err(|e| format!("send: {e}"))?;
+                off += k as u64;
+            }
+            c.shutdown(std::net::Shutdown::Write).map_err(|e| e.to_string())?;
+            // Wait for the receiver to close before the next phase's bind.
+            let mut b = [0u8; 1];
+            let _ = std::io::Read::read(&mut c, &mut b);
+        }
+        Ok::<_, String>(())
+    });
+    let sent = join(tx);
+    let lines = tryo!(join(rx));
+    tryo!(sent);
+    for l in lines {
+        env.diag(&l);
+    }
+    for q in 0..2 {
+        let a = tryo!(n.stats(1, q));
+        env.diag(&format!(
+            "netdevsim rx queue {q}: DMA'd {} in {} packets, {} packets ({}) unsplit",
+            mib(a.dma_bytes - before[q as usize].dma_bytes),
+            a.dma_packets - before[q as usize].dma_packets,
+            a.fallback_packets - before[q as usize].fallback_packets,
+            mib(a.fallback_bytes - before[q as usize].fallback_bytes)
+        ));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// Puts TCP socket `fd` into a new sockmap (no programs): the socket is
+/// then read by `tcp_bpf_recvmsg`, no longer by TCP itself. Returns the
+/// map's fd (the socket stays in the map while it is open).
+fn sockmap_insert(fd: i32) -> Result<i32, String> {
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    const BPF_MAP_TYPE_SOCKMAP: u32 = 15;
+    let mut attr = [0u8; 128];
+    for (i, v) in [BPF_MAP_TYPE_SOCKMAP, 4, 4, 1].iter().enumerate() {
+        attr[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    // SAFETY: bpf(2) with a zero-padded attribute of the size given.
+    let map = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, attr.as_ptr(), attr.len()) };
+    if map < 0 {
+        return Err(format!("bpf(BPF_MAP_CREATE sockmap): {}", std::io::Error::last_os_error()));
+    }
+    let key = 0u32;
+    let value = fd as u32;
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(map as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(&key as *const u32 as u64).to_ne_bytes());
+    attr[16..24].copy_from_slice(&(&value as *const u32 as u64).to_ne_bytes());
+    // SAFETY: as above; key and value outlive the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, attr.as_ptr(), attr.len()) };
+    if r < 0 {
+        return Err(format!("bpf(BPF_MAP_UPDATE_ELEM sockmap): {}", std::io::Error::last_os_error()));
+    }
+    Ok(map as i32)
+}
+
+/// An upper layer takes the socket over (a sockmap; kTLS and other ULPs
+/// switch the same way, under the socket lock) while a RECV sleeps with
+/// the lock released: the RECV returns EPROTONOSUPPORT instead of reading
+/// a queue it no longer owns, later RECVs are refused at once, and the
+/// stream continues byte-exact through recv() from where RECV stopped.
+fn socket_taken_over_while_waiting(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(2));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let part1 = 256u64 << 10;
+    let part2 = 1u64 << 20;
+    let pat = Arc::new(Pattern::new(9090));
+    let p2 = pat.clone();
+    let port = 7303;
+    let rx = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(4 << 20).map_err(|e| e.to_string())?;
+        // The flow comes on queue 0 (sender on CPU 0), we bind queue 1: the
+        // data stays readable, so recv() can take over after the switch.
+        z.bind(a_idx, 1, 0).map_err(|e| e.to_string())?;
+        let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
+        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+        let mut got = 0u64;
+        let mut recs = vec![Rec::default(); 64];
+        while got < part1 {
+            let r = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("RECV at {got}: {e}"))?;
+            if r.bytes == 0 {
+                return Err(format!("EOF at {got}"));
+            }
+            for rec in &recs[..r.records] {
+                if let Some(bad) = p2.check(got, z.data(rec)) {
+                    return Err(format!("payload mismatch at {bad}"));
+                }
+                got += u64::from(rec.len);
+            }
+            z.refill(&recs[..r.records]).map_err(|e| e.to_string())?;
+        }
+        if got != part1 {
+            return Err(format!("RECV got {got} bytes, the sender sent {part1} before waiting"));
+        }
+        // While the next RECV sleeps: take the socket over, then let the
+        // sender go on.
+        let fd = s.as_raw_fd();
+        let mut s2 = s.try_clone().map_err(|e| e.to_string())?;
+        let taker = std::thread::spawn(move || -> Result<i32, String> {
+            std::thread::sleep(Duration::from_millis(500));
+            let map = sockmap_insert(fd)?;
+            s2.write_all(b"g").map_err(|e| format!("go: {e}"))?;
+            Ok(map)
+        });
+        let waited = z.recv(s.as_raw_fd(), &mut recs, 0);
+        let map = taker.join().map_err(|_| "taker panicked".to_string())??;
+        expect_errno("RECV whose socket was taken over while it slept", waited, libc::EPROTONOSUPPORT)?;
+        expect_errno("RECV on a taken-over socket", z.recv(s.as_raw_fd(), &mut recs, 0), libc::EPROTONOSUPPORT)?;
+        // Nothing was lost or read twice: recv() continues at `part1`.
+        let mut buf = vec![0u8; 64 << 10];
+        let mut off = part1;
+        loop {
+            let k = std::io::Read::read(&mut s, &mut buf).map_err(|e| format!("recv() at {off}: {e}"))?;
+            if k == 0 {
+                break;
+            }
+            if let Some(bad) = p2.check(off, &buf[..k]) {
+                return Err(format!("recv() after the switch: mismatch at {bad}"));
+            }
+            off += k as u64;
+        }
+        // SAFETY: our map fd.
+        unsafe { libc::close(map) };
+        Ok(off)
+    });
+    let tx = in_netns(NS_B, move || {
+        zcrx::sys::pin_to_cpu(0).map_err(|e| format!("pin: {e}"))?;
+        let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
+        let mut buf = vec![0u8; (part1 + part2) as usize];
+        pat.fill(0, &mut buf);
+        c.write_all(&buf[..part1 as usize]).map_err(|e| format!("send part 1: {e}"))?;
+        let mut go = [0u8; 1];
+        std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go: {e}"))?;
+        c.write_all(&buf[part1 as usize..]).map_err(|e| format!("send part 2: {e}"))?;
+        Ok::<_, String>(())
+    });
+    let sent = join(tx);
+    let end = tryo!(join(rx));
+    tryo!(sent);
+    if end != part1 + part2 {
+        return Fail(format!("stream ended at {end}, sent {}", part1 + part2));
+    }
+    env.diag(&format!(
+        "{} through RECV, then a sockmap took the socket: the sleeping RECV got EPROTONOSUPPORT, {} more byte-exact through recv()",
+        mib(part1),
+        mib(part2)
+    ));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
