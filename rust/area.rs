@@ -18,7 +18,7 @@ use kernel::{prelude::*, sync::Arc};
 
 use crate::mm::{
     dma::DmaDevice,
-    pin::{LockedVmCharge, PinnedPages, PAGE_SIZE},
+    pin::{PinCharge, PinnedPages, PAGE_SIZE},
 };
 use crate::net::netmem::{DmaUse, NetIovArea};
 use crate::stats::GLOBAL;
@@ -37,7 +37,7 @@ pub(crate) struct Area {
     #[pin]
     niovs: NetIovArea,
     pages: Arc<PinnedPages>,
-    _charge: LockedVmCharge,
+    _charge: PinCharge,
     addr: u64,
 }
 
@@ -45,7 +45,7 @@ impl Area {
     /// Registers `len` bytes of the caller's memory at `addr`.
     ///
     /// `EINVAL`: not page aligned, empty, too large or wrapping;
-    /// `ENOMEM`: over `RLIMIT_MEMLOCK`; for the memory itself (`EFAULT`,
+    /// `ENOMEM`: over `RLIMIT_MEMLOCK` (see [`PinCharge`]); for the memory itself (`EFAULT`,
     /// `EACCES`, `EOPNOTSUPP`) see [`PinnedPages::pin_current`].
     pub(crate) fn register(addr: u64, len: u64) -> Result<Arc<Self>> {
         let page = PAGE_SIZE as u64;
@@ -56,7 +56,7 @@ impl Area {
         let addr_usize = usize::try_from(addr).map_err(|_| EINVAL)?;
         let n = usize::try_from(len / page).map_err(|_| EINVAL)?;
 
-        let charge = LockedVmCharge::charge_current(n)?;
+        let charge = PinCharge::charge_current(n)?;
         let pages = Arc::new(
             PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE)?,
             GFP_KERNEL_ACCOUNT,

@@ -3,7 +3,7 @@
 
 //! Long-term pinned user pages, charged to the owner's locked memory.
 
-use core::marker::PhantomData;
+use core::{marker::PhantomData, ptr::NonNull};
 
 use kernel::{
     bindings,
@@ -12,7 +12,10 @@ use kernel::{
         Mm,
     },
     prelude::*,
-    sync::aref::ARef,
+    sync::{
+        aref::ARef,
+        atomic::{ordering::Relaxed, Atomic},
+    },
     ThisModule, //
 };
 
@@ -195,34 +198,128 @@ fn check_vma(vma: &VmaRef, refuse_owner: &ThisModule) -> Result {
     Ok(())
 }
 
-/// Pages charged to a process's locked memory (`RLIMIT_MEMLOCK`, `VmLck`)
-/// with `account_locked_vm`, uncharged on drop.
+/// Pinned pages charged as io_uring charges its pinned memory:
+///
+/// - to the *user's* `locked_vm`, against `RLIMIT_MEMLOCK` (`ENOMEM` over
+///   it), unless the caller has `CAP_IPC_LOCK`: all processes of one user
+///   share one limit, so N processes cannot pin N times the limit;
+/// - to the process's `pinned_vm` (`VmPin` in `/proc/PID/status`), not its
+///   `locked_vm` (`VmLck`, which is mlock's).
+///
+/// Uncharged on drop.
 ///
 /// # Invariants
 ///
-/// `npages` pages are charged to `mm`.
-pub(crate) struct LockedVmCharge {
+/// `npages` pages are added to `mm->pinned_vm`, and, if `user` is set, to
+/// `user->locked_vm`; we hold a reference to `user` (`get_uid`) and to `mm`
+/// (`mmgrab`).
+pub(crate) struct PinCharge {
+    user: Option<NonNull<bindings::user_struct>>,
     mm: ARef<Mm>,
     npages: usize,
 }
 
-impl LockedVmCharge {
-    /// Charges `npages` to the current process. `ENOMEM` when it would
-    /// exceed `RLIMIT_MEMLOCK` (and the caller lacks `CAP_IPC_LOCK`).
+// SAFETY: the references may be dropped and the counters (atomics) updated
+// from any thread.
+unsafe impl Send for PinCharge {}
+// SAFETY: `&PinCharge` gives access to nothing.
+unsafe impl Sync for PinCharge {}
+
+/// `atomic_long_t`/`atomic64_t` at `p` as a Rust atomic.
+///
+/// # Safety
+///
+/// `p` points to a live, aligned `atomic64_t` (its `counter`) for `'a`,
+/// only ever accessed atomically.
+unsafe fn atomic64<'a>(p: *mut i64) -> &'a Atomic<i64> {
+    // SAFETY: the caller guarantees it.
+    unsafe { Atomic::from_ptr(p) }
+}
+
+impl PinCharge {
+    /// Charges `npages` for the current process and user.
     pub(crate) fn charge_current(npages: usize) -> Result<Self> {
+        let n = i64::try_from(npages).map_err(|_| ENOMEM)?;
         let task = kernel::current!();
         let mm: ARef<Mm> = ARef::from(&**task.mm().ok_or(ESRCH)?);
-        // SAFETY: `mm` is live (we hold an mmgrab reference).
-        let ret = unsafe { bindings::account_locked_vm(mm.as_raw(), npages, true) };
-        kernel::error::to_result(ret)?;
-        Ok(Self { mm, npages })
+        // SAFETY: `init_user_ns` is a static; only its address is taken.
+        let ipc_lock = unsafe {
+            bindings::ns_capable_noaudit(
+                core::ptr::addr_of_mut!(bindings::init_user_ns),
+                bindings::CAP_IPC_LOCK as i32,
+            )
+        };
+        let user = if ipc_lock {
+            None
+        } else {
+            // SAFETY: `current->cred` is only changed by the task itself, so
+            // it and its `user` are stable here (`current_user()`);
+            // `get_uid()` is a reference count increment.
+            let u = unsafe {
+                let u = (*(*bindings::get_current()).cred).user;
+                bindings::refcount_inc(core::ptr::addr_of_mut!((*u).__count));
+                u
+            };
+            let u = NonNull::new(u).ok_or(EINVAL)?;
+            // `rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT`.
+            // SAFETY: `current->signal` lives as long as the task; the limit
+            // is written with WRITE_ONCE, read once here (READ_ONCE).
+            let limit = unsafe {
+                let sig = (*bindings::get_current()).signal;
+                core::ptr::addr_of!((*sig).rlim[bindings::RLIMIT_MEMLOCK as usize].rlim_cur)
+                    .read_volatile()
+            } as u64
+                / PAGE_SIZE as u64;
+            // SAFETY: `u` is live (we hold a reference); `locked_vm` is an
+            // atomic_long_t, only accessed atomically.
+            let locked =
+                unsafe { atomic64(core::ptr::addr_of_mut!((*u.as_ptr()).locked_vm.counter)) };
+            let mut cur = locked.load(Relaxed);
+            loop {
+                let new = cur.saturating_add(n);
+                if new as u64 > limit {
+                    // SAFETY: drops the reference taken above.
+                    unsafe { bindings::free_uid(u.as_ptr()) };
+                    return Err(ENOMEM);
+                }
+                match locked.cmpxchg(cur, new, Relaxed) {
+                    Ok(_) => break,
+                    Err(c) => cur = c,
+                }
+            }
+            Some(u)
+        };
+        // SAFETY: `mm` is live (we hold an mmgrab reference); `pinned_vm` is
+        // an atomic64_t, only accessed atomically.
+        unsafe {
+            atomic64(core::ptr::addr_of_mut!(
+                (*mm.as_raw()).__bindgen_anon_1.pinned_vm.counter
+            ))
+        }
+        .add(n, Relaxed);
+        // INVARIANT: charged to both above.
+        Ok(Self { user, mm, npages })
     }
 }
 
-impl Drop for LockedVmCharge {
+impl Drop for PinCharge {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant these pages are charged to `mm`,
-        // which our reference keeps allocated.
-        unsafe { bindings::account_locked_vm(self.mm.as_raw(), self.npages, false) };
+        let n = self.npages as i64;
+        // SAFETY: by the type invariant `mm` is live and charged.
+        unsafe {
+            atomic64(core::ptr::addr_of_mut!(
+                (*self.mm.as_raw()).__bindgen_anon_1.pinned_vm.counter
+            ))
+        }
+        .fetch_sub(n, Relaxed);
+        if let Some(u) = self.user {
+            // SAFETY: by the type invariant we hold a reference to `u`, and
+            // `n` pages are charged to it; then we drop the reference.
+            unsafe {
+                atomic64(core::ptr::addr_of_mut!((*u.as_ptr()).locked_vm.counter))
+                    .fetch_sub(n, Relaxed);
+                bindings::free_uid(u.as_ptr());
+            }
+        }
     }
 }
