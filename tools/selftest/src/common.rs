@@ -87,17 +87,22 @@ pub fn refcnt() -> i64 {
     kmod::refcnt(MODULE).unwrap_or(-1)
 }
 
-/// `VmLck` of this process, in kB.
-pub fn vm_locked_kb() -> u64 {
-    fs::read_to_string("/proc/self/status")
+/// A `/proc/PID/status` field in kB (`pid` "self" for this process).
+pub fn status_kb(pid: &str, field: &str) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmLck:"))
+                .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(u64::MAX)
+}
+
+/// `VmPin` of this process (pinned pages, where areas are charged), in kB.
+pub fn vm_pinned_kb() -> u64 {
+    status_kb("self", "VmPin")
 }
 
 /// Tries `rmmod` and expects it to be refused (module in use); Err if it

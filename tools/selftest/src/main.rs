@@ -81,6 +81,49 @@ fn usage() -> ! {
     exit(2);
 }
 
+/// `--child-register BYTES LIMIT`: a helper process for the accounting
+/// tests. Opens `/dev/zcrx` (as root), then becomes `nobody` with
+/// `RLIMIT_MEMLOCK` LIMIT bytes (so without `CAP_IPC_LOCK`), registers an
+/// anonymous area of BYTES and prints `ok` or `errno N`; keeps the area
+/// until its stdin closes.
+fn child_register(bytes: usize, limit: u64) -> ! {
+    let z = zcrx::Zcrx::open().unwrap_or_else(|e| {
+        println!("open {e}");
+        exit(1)
+    });
+    let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+    // SAFETY: plain syscalls on this process's own credentials and limits.
+    let dropped = unsafe {
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) == 0
+            && libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(65534, 65534, 65534) == 0
+            && libc::setresuid(65534, 65534, 65534) == 0
+    };
+    if !dropped {
+        println!("drop privileges: {}", std::io::Error::last_os_error());
+        exit(1);
+    }
+    // SAFETY: a fresh anonymous mapping, kept until exit.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    match z.register_raw(p as u64, bytes as u64) {
+        Ok(()) => println!("ok"),
+        Err(e) => println!("errno {}", e.raw_os_error().unwrap_or(0)),
+    }
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    drop(z);
+    exit(0);
+}
+
 fn main() {
     let mut module = None;
     let mut only = Vec::new();
@@ -88,6 +131,13 @@ fn main() {
     let mut big_stream = 1u64 << 30;
     let mut scale_down = 1u64;
     let mut args = std::env::args().skip(1);
+    if std::env::args().nth(1).as_deref() == Some("--child-register") {
+        let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();
+        if v.len() != 2 {
+            usage();
+        }
+        child_register(v[0] as usize, v[1]);
+    }
     while let Some(a) = args.next() {
         match a.as_str() {
             "--module" => module = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use zcrx::ktap::Outcome::{self, *};
 use zcrx::{dev::page_size, kmod, Pattern, Rec, Zcrx};
 
-use crate::common::{ensure_loaded, mib, rmmod_eventually, rmmod_refused, vm_locked_kb, wait_idle, MODULE};
+use crate::common::{ensure_loaded, mib, rmmod_eventually, rmmod_refused, vm_pinned_kb, wait_idle, MODULE};
 use crate::net::{addr_a, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -114,10 +114,10 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
     let pat = Arc::new(Pattern::new(6));
     let p2 = pat.clone();
     let h = in_netns(NS_A, move || {
-        let base = vm_locked_kb();
+        let base = vm_pinned_kb();
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(2048 * page_size()).map_err(|e| e.to_string())?;
-        let charged = vm_locked_kb();
+        let charged = vm_pinned_kb();
         z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
         let l = std::net::TcpListener::bind(("::", 7103)).map_err(|e| e.to_string())?;
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -132,25 +132,25 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
         // which may wait for deferred skb frees (see kick_softirqs).
         let t0 = Instant::now();
         let mut kicked = Instant::now();
-        while vm_locked_kb() != base && t0.elapsed() < Duration::from_secs(15) {
+        while vm_pinned_kb() != base && t0.elapsed() < Duration::from_secs(15) {
             if kicked.elapsed() > Duration::from_secs(2) {
                 crate::common::kick_softirqs();
                 kicked = Instant::now();
             }
             sleep(Duration::from_millis(100));
         }
-        Ok((base, charged, vm_locked_kb(), got.records, held))
+        Ok((base, charged, vm_pinned_kb(), got.records, held))
     });
     let _ = join(sender(addr_a(true, 7103), env.bytes(64 << 20), pat, 0));
     let (base, charged, after, recs, held) = tryo!(join(h));
     env.diag(&format!(
-        "VmLck {base} kB -> {charged} kB with the area -> {after} kB after close with {held} buffers held ({recs} records)"
+        "VmPin {base} kB -> {charged} kB with the area -> {after} kB after close with {held} buffers held ({recs} records)"
     ));
     if charged < base + 2048 * page_size() as u64 / 1024 {
         return Fail(format!("area not charged to locked memory: {base} -> {charged} kB"));
     }
     if after != base || held == 0 {
-        return Fail(format!("VmLck {after} kB after close, expected {base}; held {held}"));
+        return Fail(format!("VmPin {after} kB after close, expected {base}; held {held}"));
     }
     tryo!(wait_idle(Duration::from_secs(10)));
     tryo!(plain_stream_ok(&n, 7104));
