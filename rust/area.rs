@@ -20,7 +20,10 @@ use crate::mm::{
     dma::DmaDevice,
     pin::{PinCharge, PinnedPages, PAGE_SIZE},
 };
-use crate::net::netmem::{DmaUse, NetIovArea};
+use crate::net::{
+    netmem::{DmaUse, NetIovArea},
+    provider::Uninstall,
+};
 use crate::stats::GLOBAL;
 use crate::uapi;
 
@@ -28,15 +31,13 @@ use crate::uapi;
 ///
 /// # Invariants
 ///
-/// `niovs` and `pages` describe the same buffers, one page each. Field
-/// order drops the ledger (and with it any DMA mapping, which also owns a
-/// reference to the pages) before the pages are unpinned, and the pages
-/// before the charge.
+/// `niovs` owns the pinned pages (one per buffer); field order drops it
+/// (and the pages, unless a DMA mapping still holds them) before the
+/// charge.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Area {
     #[pin]
     niovs: NetIovArea,
-    pages: Arc<PinnedPages>,
     _charge: PinCharge,
     addr: u64,
 }
@@ -61,11 +62,10 @@ impl Area {
             PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE)?,
             GFP_KERNEL_ACCOUNT,
         )?;
-        let niovs = NetIovArea::new(n)?;
+        let niovs = NetIovArea::new(pages)?;
         let area = Arc::pin_init(
             try_pin_init!(Self {
                 niovs <- niovs,
-                pages,
                 _charge: charge,
                 addr,
             }),
@@ -86,11 +86,6 @@ impl Area {
         &self.niovs
     }
 
-    /// The pinned pages.
-    pub(crate) fn pages(&self) -> &PinnedPages {
-        &self.pages
-    }
-
     /// Buffers on the free list now.
     pub(crate) fn free_count(&self) -> usize {
         self.niovs.free_count()
@@ -104,12 +99,13 @@ impl Area {
     /// Maps the area for `dev`, or shares the mapping that exists for it
     /// (see [`NetIovArea::map_dma`]).
     pub(crate) fn map_dma(&self, dev: DmaDevice) -> Result<DmaUse> {
-        self.niovs.map_dma(dev, &self.pages)
+        self.niovs.map_dma(dev)
     }
 
-    /// Gives back a share of the mapping; the last one unmaps.
-    pub(crate) fn unmap_dma(&self, u: DmaUse) {
-        self.niovs.unmap_dma(u);
+    /// Gives back a share of the mapping; the last one unmaps (see
+    /// [`NetIovArea::unmap_dma`]).
+    pub(crate) fn unmap_dma(&self, u: DmaUse, going: Option<&Uninstall<'_>>) {
+        self.niovs.unmap_dma(u, going);
     }
 
     /// Buffers the free list keeps for copies: page pools cannot take them.
@@ -123,6 +119,8 @@ impl Area {
     }
 }
 
+// pin-init's `#[pinned_drop]` expands to an `unsafe impl` of its own.
+#[allow(unsafe_code)]
 #[pinned_drop]
 impl PinnedDrop for Area {
     fn drop(self: Pin<&mut Self>) {

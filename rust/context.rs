@@ -254,6 +254,8 @@ impl Context {
     }
 }
 
+// pin-init's `#[pinned_drop]` expands to an `unsafe impl` of its own.
+#[allow(unsafe_code)]
 #[pinned_drop]
 impl PinnedDrop for Context {
     fn drop(self: Pin<&mut Self>) {

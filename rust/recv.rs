@@ -89,12 +89,15 @@ impl<S: RecordSink> RecordBatch<S> {
     }
 
     /// Adds a record; the caller checked `has_room` and `!buffer_full`.
-    pub(crate) fn push(&mut self, rec: zcrx_rs_rec) {
-        if self.n < BATCH && self.has_room() {
-            self.pending_bytes += u64::from(rec.len);
-            self.buf[self.n] = rec;
-            self.n += 1;
+    /// Without room the record is handed back (`Err`).
+    pub(crate) fn push(&mut self, rec: zcrx_rs_rec) -> core::result::Result<(), zcrx_rs_rec> {
+        if self.n >= BATCH || !self.has_room() {
+            return Err(rec);
         }
+        self.pending_bytes += u64::from(rec.len);
+        self.buf[self.n] = rec;
+        self.n += 1;
+        Ok(())
     }
 
     /// Writes the buffered records. On failure they stay pending (see
@@ -200,9 +203,10 @@ impl<S: RecordSink> Walker<'_, S> {
                 tally.zc_records -= 1;
             }
             if !zcrx.user_return(r.off as usize / PAGE_SIZE) {
-                // The reference was taken by this call and the user never
-                // saw the record: it cannot be gone.
-                pr_warn!("recv: lost the reference of a pending record\n");
+                // The user never saw the record, but may have guessed the
+                // buffer and returned it through the ring meanwhile: its
+                // reference went back then.
+                kernel::pr_warn_once!("recv: a pending record's buffer was returned early\n");
             }
         });
     }
@@ -305,11 +309,16 @@ impl<S: RecordSink> Walker<'_, S> {
         // The skb keeps its reference; the user's keeps the buffer from
         // being recycled while the user reads it.
         buf.give_to_user();
-        self.batch.push(zcrx_rs_rec {
+        let rec = zcrx_rs_rec {
             off: (idx * PAGE_SIZE + boff) as u64,
             len: n as u32,
             flags: 0,
-        });
+        };
+        if self.batch.push(rec).is_err() {
+            // `make_room` said there was room; never keep the reference.
+            self.zcrx.user_return(idx);
+            return Ok(0);
+        }
         self.tally.zc_bytes += n as u64;
         self.tally.zc_records += 1;
         Ok(n)
@@ -327,24 +336,27 @@ impl<S: RecordSink> Walker<'_, S> {
             if !self.make_room() {
                 break;
             }
-            let Some(buf) = area.niovs().take_free() else {
+            let Some(mut buf) = area.niovs().take_free() else {
                 self.stop = Some(Stop::NoBuffers);
                 break;
             };
             let idx = buf.idx();
             let chunk = (n - done).min(PAGE_SIZE);
             // On failure `buf` goes back to the free list as it drops.
-            area.pages().with_mapped(idx, |page| {
-                skb.copy_bits_to_page((off + done) as u32, page, chunk)
-            })?;
+            buf.with_page(|page| skb.copy_bits_to_page((off + done) as u32, page, chunk))?;
             // A copy buffer belongs to no pool; its one reference is the
             // user's, dropped when the user returns it.
             buf.give_to_user();
-            self.batch.push(zcrx_rs_rec {
+            let rec = zcrx_rs_rec {
                 off: (idx * PAGE_SIZE) as u64,
                 len: chunk as u32,
                 flags: ZCRX_RS_REC_COPY,
-            });
+            };
+            if self.batch.push(rec).is_err() {
+                // As in `zero_copy`.
+                self.zcrx.user_return(idx);
+                break;
+            }
             self.tally.copy_bytes += chunk as u64;
             self.tally.copy_records += 1;
             done += chunk;
@@ -517,7 +529,7 @@ mod tests {
                 if b.buffer_full() {
                     b.flush()?;
                 }
-                b.push(rec(i));
+                assert!(b.push(rec(i)).is_ok());
             }
             b.flush()?;
             assert_eq!(b.delivered(), BATCH as u32 * 2 + 3);
@@ -539,11 +551,11 @@ mod tests {
         let mut b = RecordBatch::new(&mut s, 5);
         let mut pushed = 0;
         while b.has_room() {
-            b.push(rec(pushed));
+            assert!(b.push(rec(pushed)).is_ok());
             pushed += 1;
         }
         assert_eq!(pushed, 5);
-        b.push(rec(99)); // ignored: no room
+        assert!(b.push(rec(99)).is_err()); // no room: handed back
         b.flush()?;
         assert_eq!(b.delivered(), 5);
         assert!(!b.has_room());
@@ -558,10 +570,10 @@ mod tests {
             fail_at_write: Some(2),
         };
         let mut b = RecordBatch::new(&mut s, 100);
-        b.push(rec(1));
+        assert!(b.push(rec(1)).is_ok());
         b.flush()?;
-        b.push(rec(2));
-        b.push(rec(3));
+        assert!(b.push(rec(2)).is_ok());
+        assert!(b.push(rec(3)).is_ok());
         assert!(b.flush().is_err());
         assert_eq!(b.delivered(), 1);
         assert_eq!(b.pending_bytes(), 200);

@@ -25,7 +25,7 @@ use kernel::{
 use crate::area::Area;
 use crate::net::{
     netdev::LockedNetDev,
-    netmem::{DmaUse, Released},
+    netmem::{DmaUse, NetIovArea, Released},
     page_pool::{AllocBatch, PagePool},
     provider::{self, memory_provider_ops, Binding, MemoryProvider, Uninstall},
 };
@@ -181,9 +181,9 @@ impl Zcrx {
     }
 
     /// Gives up this binding's share of the area's DMA mapping; once.
-    fn release_dma(&self) {
+    fn release_dma(&self, going: Option<&Uninstall<'_>>) {
         if let Some(share) = self.dma.lock().take() {
-            self.area.unmap_dma(share);
+            self.area.unmap_dma(share, going);
         }
     }
 
@@ -257,6 +257,10 @@ impl Zcrx {
 }
 
 impl MemoryProvider for Zcrx {
+    fn net_iov_area(&self) -> &NetIovArea {
+        self.area.niovs()
+    }
+
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>) {
         this.refill_from_ring(batch);
         if batch.len() == 0 {
@@ -301,20 +305,35 @@ impl MemoryProvider for Zcrx {
     fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>) {
         // The device is being unregistered: forget it and unmap now, while
         // its DMA device is still usable.
-        let old = core::mem::replace(&mut *this.state.lock(), BindState::DeviceGone);
-        match old {
-            BindState::Bound(b) => b.uninstalled(token),
-            // UNBIND is taking it down at the same time: it keeps its state.
-            other => *this.state.lock() = other,
+        let mut st = this.state.lock();
+        if let BindState::Bound(_) = &*st {
+            let BindState::Bound(b) = core::mem::replace(&mut *st, BindState::DeviceGone) else {
+                return;
+            };
+            match b.uninstalled(token) {
+                Ok(()) => {}
+                Err(b) => {
+                    // Not this binding's uninstall: it stays bound, and
+                    // keeps its mapping.
+                    *st = BindState::Bound(b);
+                    pr_warn!("uninstall: not our binding\n");
+                    return;
+                }
+            }
         }
-        this.release_dma();
+        // Otherwise UNBIND took it down meanwhile and keeps its state; the
+        // device is going away all the same.
+        drop(st);
+        this.release_dma(Some(token));
     }
 }
 
+// pin-init's `#[pinned_drop]` expands to an `unsafe impl` of its own.
+#[allow(unsafe_code)]
 #[pinned_drop]
 impl PinnedDrop for Zcrx {
     fn drop(self: Pin<&mut Self>) {
-        self.release_dma();
+        self.release_dma(None);
         GLOBAL.providers.sub(1);
     }
 }

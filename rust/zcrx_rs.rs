@@ -21,14 +21,23 @@ use kernel::{
     prelude::*,
 };
 
+// The provider logic has no `unsafe` (the compiler checks it): only the
+// abstraction layer, `mm` and `net`, has.
+#[deny(unsafe_code)]
 mod area;
+#[deny(unsafe_code)]
 mod context;
 mod mm;
 mod net;
+#[deny(unsafe_code)]
 mod recv;
+#[deny(unsafe_code)]
 mod refill;
+#[deny(unsafe_code)]
 mod stats;
+#[deny(unsafe_code)]
 mod uapi;
+#[deny(unsafe_code)]
 mod zcrx;
 
 use context::Context;

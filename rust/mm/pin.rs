@@ -174,23 +174,24 @@ fn check_vma(vma: &VmaRef, refuse_owner: &ThisModule) -> Result {
         return Err(EOPNOTSUPP);
     }
     // SAFETY: the caller holds the mmap lock, so `vma` and its file stay
-    // valid and `vm_file` does not change; a file's `f_op` is set once at
-    // open.
-    let owner = unsafe {
+    // valid and `vm_file`/`vm_ops` do not change; a file's `f_op` is set
+    // once at open.
+    let (owner, anonymous) = unsafe {
         let file = (*vma.as_ptr()).vm_file;
-        if file.is_null() {
+        let owner = if file.is_null() {
             None
         } else {
             Some((*(*file).f_op).owner)
-        }
+        };
+        // `vma_is_anonymous()`: no vm_ops (also a private /dev/zero map).
+        (owner, (*vma.as_ptr()).vm_ops.is_null())
     };
-    if let Some(owner) = owner {
-        if core::ptr::eq(owner, refuse_owner.as_ptr()) {
-            return Err(EOPNOTSUPP);
-        }
-        if f & flags::SHARED == 0 && f & flags::HUGETLB == 0 {
-            return Err(EOPNOTSUPP);
-        }
+    if owner.is_some_and(|o| core::ptr::eq(o, refuse_owner.as_ptr())) {
+        return Err(EOPNOTSUPP);
+    }
+    if !anonymous && f & flags::SHARED == 0 && f & flags::HUGETLB == 0 {
+        // A private mapping of a file.
+        return Err(EOPNOTSUPP);
     }
     if f & flags::WRITE == 0 {
         return Err(EACCES);

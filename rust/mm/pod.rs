@@ -53,8 +53,10 @@ macro_rules! pod {
             // cover every byte of `$t` with no padding and each field is
             // `FromBytes + AsBytes`: any bit pattern is a valid `$t`, and a
             // `$t` has no uninitialised bytes.
+            #[allow(unsafe_code)]
             unsafe impl ::kernel::transmute::FromBytes for $t {}
             // SAFETY: as above.
+            #[allow(unsafe_code)]
             unsafe impl ::kernel::transmute::AsBytes for $t {}
         )*
     };

@@ -15,6 +15,19 @@ use kernel::{
 
 use crate::mm::dma::DmaDevice;
 
+/// A copy of an interface name, for messages.
+pub(crate) struct NetDevName([u8; 16]);
+
+impl kernel::fmt::Display for NetDevName {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        match core::str::from_utf8(&self.0[..len]) {
+            Ok(s) => f.write_str(s),
+            Err(_) => f.write_str("?"),
+        }
+    }
+}
+
 /// A network device whose instance lock (`netdev_lock`) we hold.
 ///
 /// # Invariants
@@ -30,41 +43,63 @@ impl LockedNetDev {
     /// it. `ENODEV` if there is no such device.
     pub(crate) fn lock_by_index(ifindex: u32) -> Result<Self> {
         let ifindex = i32::try_from(ifindex).map_err(|_| ENODEV)?;
-        // SAFETY: in process context `current` and its nsproxy are valid.
-        let net = unsafe { (*(*Task::current_raw()).nsproxy).net_ns };
+        // SAFETY: in process context `current` is valid; its `nsproxy` is
+        // only changed by the task itself, and is NULL once it is exiting
+        // (a close from the exit path), checked below.
+        let nsproxy = unsafe { (*Task::current_raw()).nsproxy };
+        if nsproxy.is_null() {
+            return Err(ENODEV);
+        }
+        // SAFETY: a live nsproxy of the current task.
+        let net = unsafe { (*nsproxy).net_ns };
         // SAFETY: `net` is the caller's live namespace.
         let dev = unsafe { bindings::netdev_get_by_index_lock(net, ifindex) };
         // INVARIANT: on success the device is returned locked.
         NonNull::new(dev).map(|dev| Self { dev }).ok_or(ENODEV)
     }
 
-    fn raw(&self) -> &bindings::net_device {
-        // SAFETY: by the type invariant the device is live while locked.
-        unsafe { self.dev.as_ref() }
-    }
-
-    /// The interface name.
-    pub(crate) fn name(&self) -> &CStr {
-        // SAFETY: `name` is a NUL-terminated array inside the live device.
-        unsafe { CStr::from_char_ptr(self.raw().name.as_ptr()) }
+    /// The interface name, copied (a rename may write it meanwhile; the
+    /// instance lock does not cover it).
+    pub(crate) fn name(&self) -> NetDevName {
+        let mut n = NetDevName([0; 16]);
+        let src = self.dev.as_ptr();
+        for (i, b) in n.0.iter_mut().enumerate().take(15) {
+            // SAFETY: the device is live (type invariant); each byte of the
+            // fixed-size `name` array is read once through a raw place.
+            *b = unsafe { core::ptr::addr_of!((*src).name[i]).read_volatile() };
+            if *b == 0 {
+                break;
+            }
+        }
+        n
     }
 
     /// Number of rx queues in use.
     pub(crate) fn rx_queues(&self) -> u32 {
-        self.raw().real_num_rx_queues
+        // SAFETY: the device is live; `real_num_rx_queues` changes only
+        // under the instance lock, which we hold.
+        unsafe { core::ptr::addr_of!((*self.dev.as_ptr()).real_num_rx_queues).read() }
     }
 
     /// Whether header/data split is on with a zero threshold, as binding a
     /// provider requires.
     pub(crate) fn header_split_ready(&self) -> bool {
-        let cfg = self.raw().cfg;
+        // SAFETY: the device is live; `cfg` is replaced only under the
+        // instance lock, which we hold.
+        let cfg = unsafe { core::ptr::addr_of!((*self.dev.as_ptr()).cfg).read() };
         if cfg.is_null() {
             return false;
         }
-        // SAFETY: `cfg` belongs to the locked device.
-        let cfg = unsafe { &*cfg };
-        u32::from(cfg.hds_config) == bindings::ethtool_tcp_data_split_ETHTOOL_TCP_DATA_SPLIT_ENABLED
-            && cfg.hds_thresh == 0
+        // SAFETY: `cfg` belongs to the locked device; its fields are written
+        // under the instance lock.
+        let (split, thresh) = unsafe {
+            (
+                core::ptr::addr_of!((*cfg).hds_config).read(),
+                core::ptr::addr_of!((*cfg).hds_thresh).read(),
+            )
+        };
+        u32::from(split) == bindings::ethtool_tcp_data_split_ETHTOOL_TCP_DATA_SPLIT_ENABLED
+            && thresh == 0
     }
 
     /// The device that DMAs for rx queue `rxq`, if the queue can do
@@ -155,16 +190,6 @@ unsafe impl Send for NetDevRefBox {}
 unsafe impl Sync for NetDevRefBox {}
 
 impl NetDevRefBox {
-    /// An identity of rx queue `rxq` (the address of its `struct
-    /// netdev_rx_queue`), to compare with the one the core passes to
-    /// `uninstall`.
-    pub(super) fn rx_queue_id(&self, rxq: u32) -> usize {
-        // SAFETY: we hold a reference, so the device is live; `_rx` is set
-        // at allocation and never changes. Only an address is computed.
-        let base = unsafe { core::ptr::addr_of!((*self.0.dev.as_ptr())._rx).read() };
-        base.wrapping_add(rxq as usize) as usize
-    }
-
     /// Takes the device's instance lock.
     pub(super) fn lock(&self) -> NetDevGuard<'_> {
         // SAFETY: we hold a reference, so the device is live.

@@ -19,7 +19,7 @@
 //! share of the DMA mapping). A buffer index from user space is only ever
 //! looked up, and a return the user does not hold is refused.
 
-use core::marker::PhantomData;
+use core::{marker::PhantomData, mem::ManuallyDrop};
 
 use kernel::{
     bindings,
@@ -27,7 +27,10 @@ use kernel::{
     new_spinlock_bh,
     prelude::*,
     sync::{
-        atomic::{ordering::Relaxed, Atomic},
+        atomic::{
+            ordering::{Acquire, Relaxed, Release},
+            Atomic,
+        },
         Arc, Mutex, SpinLockBh,
     },
     types::Opaque, //
@@ -36,13 +39,18 @@ use kernel::{
 use super::{
     freelist::FreeList,
     page_pool::{AllocBatch, PagePool},
+    provider::Uninstall,
     skb::Frag,
     urefs::UserRefs, //
 };
 use crate::mm::{
     dma::{DmaDevice, DmaMapping},
-    pin::{PinnedPages, PAGE_SIZE},
+    pin::{MappedPage, PinnedPages, PAGE_SIZE},
 };
+
+/// Ids of net_iov areas: unique for the life of the module, so a token of
+/// a freed area can never match a new one at the same address.
+static NEXT_AREA_ID: Atomic<u64> = Atomic::new(1);
 
 /// One `struct net_iov`.
 ///
@@ -79,19 +87,28 @@ struct AreaDma {
 ///
 ///   Each user reference stands for one page-pool reference that this type
 ///   took for the user and drops when the user gives the buffer back.
+/// - Buffer `i` is page `i` of `pages`.
 /// - While `dma` holds a mapping, every net_iov's DMA address is its
 ///   buffer's address in that mapping and `mapped_dev` is the mapping's
-///   device; otherwise the addresses and `mapped_dev` are 0.
-#[pin_data]
+///   device; otherwise the addresses and `mapped_dev` are 0. `mapped_dev`
+///   changes only under the `free` lock, which allocations for a pool hold
+///   from checking it to attaching buffers.
+/// - `id` is unique among all areas ever made.
+/// - Dropped with a buffer still attached to a page pool (a provider bug),
+///   it leaks its net_iovs, their area and the DMA mapping instead of
+///   freeing memory the pool still uses.
+#[pin_data(PinnedDrop)]
 pub(crate) struct NetIovArea {
-    area: KBox<Opaque<bindings::net_iov_area>>,
-    niovs: KVVec<NetIov>,
+    area: ManuallyDrop<KBox<Opaque<bindings::net_iov_area>>>,
+    niovs: ManuallyDrop<KVVec<NetIov>>,
+    pages: Arc<PinnedPages>,
     urefs: UserRefs,
     #[pin]
     free: SpinLockBh<FreeList>,
     #[pin]
     dma: Mutex<Option<AreaDma>>,
     mapped_dev: Atomic<usize>,
+    id: u64,
 }
 
 // SAFETY: the C structures are only accessed through the page pool API, which
@@ -101,8 +118,9 @@ unsafe impl Send for NetIovArea {}
 unsafe impl Sync for NetIovArea {}
 
 impl NetIovArea {
-    /// An area of `n` buffers, all free.
-    pub(crate) fn new(n: usize) -> Result<impl PinInit<Self, Error>> {
+    /// An area whose buffers are `pages`, one page each, all free.
+    pub(crate) fn new(pages: Arc<PinnedPages>) -> Result<impl PinInit<Self, Error>> {
+        let n = pages.len();
         // Charged to the caller's memory cgroup, like io_uring's area
         // arrays: these scale with the area.
         let area = KBox::new(
@@ -131,12 +149,14 @@ impl NetIovArea {
         // INVARIANT: every buffer starts free.
         let free = FreeList::new_full(n)?;
         Ok(try_pin_init!(Self {
-            area,
-            niovs,
+            area: ManuallyDrop::new(area),
+            niovs: ManuallyDrop::new(niovs),
+            pages,
             urefs,
             free <- new_spinlock_bh!(free, "NetIovArea::free"),
             dma <- new_mutex!(None, "NetIovArea::dma"),
             mapped_dev: Atomic::new(0),
+            id: NEXT_AREA_ID.fetch_add(1, Relaxed),
         }))
     }
 
@@ -260,6 +280,7 @@ impl NetIovArea {
 
     /// Takes a free buffer (for a copy): it is attached to no pool and
     /// goes back to the free list when dropped, unless given to the user.
+    /// Fill it with [`FreeBuf::with_page`].
     pub(crate) fn take_free(&self) -> Option<FreeBuf<'_>> {
         let idx = self.free.lock().pop()? as usize;
         Some(FreeBuf { area: self, idx })
@@ -269,7 +290,16 @@ impl NetIovArea {
     /// if the user does not hold it. The buffer goes back to `recycle`'s
     /// cache when it was the last reference and it belongs to that pool,
     /// else to its own pool or the free list.
+    ///
+    /// With a `recycle` batch that is full or not this area's, nothing
+    /// happens (false): returning into the pool whose allocation callback is
+    /// running would write its cache behind the batch's back.
     pub(crate) fn user_return(&self, idx: usize, recycle: Option<&mut AllocBatch<'_>>) -> bool {
+        if let Some(b) = &recycle {
+            if b.room() == 0 || b.area() != self.id {
+                return false;
+            }
+        }
         if idx >= self.len() || !self.urefs.put(idx) {
             return false;
         }
@@ -292,13 +322,19 @@ impl NetIovArea {
     }
 
     /// Moves free buffers into `batch`'s pool, as many as fit, keeping
-    /// `reserve` on the free list. Nothing when the area is not mapped for
-    /// the pool's device (the NIC would DMA to addresses of another).
+    /// `reserve` on the free list. Nothing when the batch is not for this
+    /// area's provider, or the area is not mapped for the pool's device
+    /// (the NIC would DMA to addresses of another).
     pub(crate) fn alloc_free_into(&self, batch: &mut AllocBatch<'_>, reserve: usize) {
-        if !self.mapped_for(batch.pool()) {
+        if batch.area() != self.id {
             return;
         }
         let mut free = self.free.lock();
+        // Under the free lock: the mapping cannot go between this check and
+        // the attaching below (see the type invariant).
+        if !self.mapped_for(batch.pool()) {
+            return;
+        }
         while batch.room() > 0 && free.len() > reserve {
             let Some(i) = free.pop() else { break };
             let i = i as usize;
@@ -309,10 +345,9 @@ impl NetIovArea {
             // it, and in the pool's cache below: a pool buffer.
             unsafe { bindings::net_mp_niov_set_page_pool(batch.pool().as_raw(), self.niov(i)) };
             if batch.push(self.netmem(i)).is_err() {
-                // Cannot happen (room was checked); never lose the buffer.
-                // SAFETY: attached just now and in no cache.
-                unsafe { bindings::net_mp_niov_clear_page_pool(self.niov(i)) };
-                self.free_push(&mut free, i);
+                // Cannot happen: there was room. The buffer stays attached
+                // and counted by the pool, so it is lost, not corrupted.
+                kernel::pr_warn_once!("alloc_free_into: a buffer did not fit the batch\n");
                 break;
             }
         }
@@ -322,7 +357,7 @@ impl NetIovArea {
     /// the pool hands them to the NIC (when the device needs syncs).
     pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
         let pool = batch.pool();
-        if !self.mapped_for(pool) {
+        if batch.area() != self.id || !self.mapped_for(pool) {
             return;
         }
         let off = pool.offset() as usize;
@@ -344,6 +379,9 @@ impl NetIovArea {
     /// Takes back a buffer its pool released (`release_netmem`): detached,
     /// it is free again. False if it is not ours.
     pub(crate) fn take_released(&self, r: Released<'_>) -> bool {
+        if r.area != self.id {
+            return false;
+        }
         let Some(idx) = self.index_of(r.nm) else {
             return false;
         };
@@ -356,26 +394,22 @@ impl NetIovArea {
         true
     }
 
-    /// Maps `pages` (the area's memory, one page per buffer) for `dev` and
-    /// sets every net_iov's DMA address, or takes one more share of the
-    /// mapping that exists for `dev` (a binding made while the pools of an
-    /// earlier one on the same device still hold buffers). `EBUSY` if it is
-    /// mapped for another device: a net_iov has one DMA address, so the
-    /// area serves one device at a time. `EINVAL` if `pages` does not have
-    /// one page per buffer.
-    pub(crate) fn map_dma(&self, dev: DmaDevice, pages: &Arc<PinnedPages>) -> Result<DmaUse> {
-        if pages.len() != self.len() {
-            return Err(EINVAL);
-        }
+    /// Maps the area's pages for `dev` and sets every net_iov's DMA
+    /// address, or takes one more share of the mapping that exists for
+    /// `dev` (a binding made while the pools of an earlier one on the same
+    /// device still hold buffers). `EBUSY` if it is mapped for another
+    /// device: a net_iov has one DMA address, so the area serves one device
+    /// at a time.
+    pub(crate) fn map_dma(&self, dev: DmaDevice) -> Result<DmaUse> {
         let mut dma = self.dma.lock();
         if let Some(d) = &mut *dma {
             if !d.map.is_for(&dev) {
                 return Err(EBUSY);
             }
             d.users += 1;
-            return Ok(DmaUse { area: self.id() });
+            return Ok(DmaUse { area: self.id });
         }
-        let m = DmaMapping::new(dev, pages.clone())?;
+        let m = DmaMapping::new(dev, self.pages.clone())?;
         let mut idx = 0usize;
         m.for_each_segment(|addr, len| {
             if len % PAGE_SIZE != 0 {
@@ -398,42 +432,71 @@ impl NetIovArea {
             }
         })
         .inspect_err(|_| self.clear_dma_addrs())?;
-        self.mapped_dev.store(m.device_id(), Relaxed);
+        {
+            let _free = self.free.lock();
+            self.mapped_dev.store(m.device_id(), Release);
+        }
         *dma = Some(AreaDma { map: m, users: 1 });
-        Ok(DmaUse { area: self.id() })
+        Ok(DmaUse { area: self.id })
     }
 
     /// Gives back a share of the DMA mapping; the last one unmaps. A share
-    /// of another area is ignored (with a warning).
-    pub(crate) fn unmap_dma(&self, u: DmaUse) {
+    /// of another area is ignored (with a warning). While a buffer is still
+    /// attached to a page pool, a NIC may still write it: the last share
+    /// unmaps then only with proof that the device is going away
+    /// (`uninstall`, whose core has stopped the queues); otherwise the
+    /// mapping stays (with a warning) until the area goes.
+    pub(crate) fn unmap_dma(&self, u: DmaUse, going: Option<&Uninstall<'_>>) {
         let DmaUse { area } = u;
-        if area != self.id() {
+        if area != self.id {
             pr_warn!("unmap_dma: a DMA share of another area\n");
             return;
         }
         let mut dma = self.dma.lock();
         let Some(d) = &mut *dma else { return };
         d.users -= 1;
-        if d.users == 0 {
-            self.mapped_dev.store(0, Relaxed);
-            self.clear_dma_addrs();
-            drop(dma.take());
+        if d.users > 0 {
+            return;
         }
+        if going.is_none() && self.any_attached() {
+            pr_warn!("unmap_dma: buffers still in a page pool; the mapping stays\n");
+            return;
+        }
+        {
+            let _free = self.free.lock();
+            self.mapped_dev.store(0, Release);
+        }
+        self.clear_dma_addrs();
+        drop(dma.take());
     }
 
-    fn id(&self) -> usize {
-        core::ptr::from_ref(self) as usize
+    /// Whether any buffer is attached to a page pool.
+    fn any_attached(&self) -> bool {
+        (0..self.len()).any(|i| {
+            // SAFETY: a live net_iov of ours; `desc.pp` is a pointer written
+            // when attaching and detaching, read once.
+            let pp = unsafe { core::ptr::addr_of!((*self.niov(i)).desc.pp).read_volatile() };
+            !pp.is_null()
+        })
+    }
+
+    /// The id of this area (see [`AllocBatch`], [`Released`], [`DmaUse`]).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     fn mapped_for(&self, pool: &PagePool) -> bool {
-        let dev = self.mapped_dev.load(Relaxed);
+        let dev = self.mapped_dev.load(Acquire);
         dev != 0 && pool.dma_dev_id() == dev
     }
 
     fn set_dma_addr(&self, idx: usize, addr: u64) -> Result {
         // SAFETY: `niov` is a live net_iov of this area; called with the
-        // `dma` lock held, while no buffer can be in a NIC's ring (mapping:
-        // no pool has our buffers yet; clearing: the last share is gone).
+        // `dma` lock held, while no NIC can use the buffer: when mapping,
+        // no mapping existed, so buffers still attached are of pools whose
+        // device went away (a destroyed pool neither syncs nor hands them
+        // out); when clearing, the last share is gone and either no buffer
+        // is attached or the device is going away (see `unmap_dma`).
         if unsafe { bindings::net_mp_niov_set_dma_addr(self.niov(idx), addr) } {
             return Err(EFAULT);
         }
@@ -452,7 +515,7 @@ impl NetIovArea {
 /// back with [`NetIovArea::unmap_dma`] (dropping it keeps the mapping).
 #[must_use]
 pub(crate) struct DmaUse {
-    area: usize,
+    area: u64,
 }
 
 /// One of our buffers that a frag of a live skb holds.
@@ -495,6 +558,12 @@ impl FreeBuf<'_> {
         self.idx
     }
 
+    /// Runs `f` with the buffer's page mapped into the kernel (to fill it
+    /// with a copy).
+    pub(crate) fn with_page<R>(&mut self, f: impl FnOnce(&mut MappedPage<'_>) -> R) -> R {
+        self.area.pages.with_mapped(self.idx, f)
+    }
+
     /// Hands the filled buffer to the user.
     pub(crate) fn give_to_user(self) {
         let (area, idx) = (self.area, self.idx);
@@ -517,14 +586,16 @@ impl Drop for FreeBuf<'_> {
 /// Made only by the callback; see [`NetIovArea::take_released`].
 pub(crate) struct Released<'a> {
     nm: Netmem<'a>,
+    area: u64,
 }
 
 impl<'a> Released<'a> {
     /// # Safety
     ///
-    /// Only from a `release_netmem` callback, for the netmem it was given.
-    pub(super) unsafe fn new(nm: Netmem<'a>) -> Self {
-        Released { nm }
+    /// Only from a `release_netmem` callback, for the netmem it was given;
+    /// `area` is the id of the area of the pool's provider.
+    pub(super) unsafe fn new(nm: Netmem<'a>, area: u64) -> Self {
+        Released { nm, area }
     }
 }
 
@@ -554,5 +625,27 @@ impl<'a> Netmem<'a> {
     pub(crate) fn is_net_iov(self) -> bool {
         // `netmem_is_net_iov()`: the tag bit.
         self.0 & bindings::NET_IOV as usize != 0
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for NetIovArea {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: the fields are dropped below at most once and never used
+        // again; nothing is moved out of the pinned struct.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.any_attached() {
+            // A pool still uses our net_iovs (and may DMA into the pages):
+            // leak them, their area and the mapping rather than free them.
+            pr_warn!("net_iov area dropped with buffers in a page pool: leaking it\n");
+            core::mem::forget(this.dma.lock().take());
+            return;
+        }
+        // SAFETY: no pool refers to the net_iovs or their area any more, and
+        // they are not used again.
+        unsafe {
+            ManuallyDrop::drop(&mut this.niovs);
+            ManuallyDrop::drop(&mut this.area);
+        }
     }
 }

@@ -35,45 +35,55 @@ impl PagePool {
         self.0.get()
     }
 
-    /// The fields set at creation and never changed afterwards, read
-    /// through a raw place (other fields of a live pool change under us).
-    fn params(&self) -> bindings::page_pool_params__bindgen_ty_1_page_pool_params_fast {
-        // SAFETY: by the type invariant the pool is live; `p` is written
-        // only before the pool is published.
-        unsafe { core::ptr::addr_of!((*self.0.get()).p).read() }
-    }
+    // The accessors below read single fields that are set when the pool is
+    // created and never written afterwards, each through a raw place: other
+    // fields of a live pool (its caches, ring, counters, `p.napi`) change
+    // under us, so no reference to the whole struct is made.
 
     /// The provider's private pointer of this pool.
     pub(super) fn mp_priv(&self) -> *mut core::ffi::c_void {
-        // SAFETY: live pool; `mp_priv` is set at creation.
+        // SAFETY: live pool (type invariant); `mp_priv` is set at creation.
         unsafe { core::ptr::addr_of!((*self.0.get()).mp_priv).read() }
+    }
+
+    fn dev(&self) -> *mut bindings::device {
+        // SAFETY: as for `mp_priv`.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p.dev).read() }
+    }
+
+    fn dma_dir(&self) -> bindings::dma_data_direction {
+        // SAFETY: as for `mp_priv`.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p.dma_dir).read() }
     }
 
     /// An identity of the device the pool maps its buffers for, to compare
     /// with [`crate::mm::dma::DmaDevice::id`].
     pub(crate) fn dma_dev_id(&self) -> usize {
-        self.params().dev as usize
+        self.dev() as usize
     }
 
     /// Whether the pool DMA-maps its buffers.
     pub(crate) fn dma_map(&self) -> bool {
-        // SAFETY: live pool; the flag bits are set at creation.
-        unsafe { (*self.0.get()).dma_map() }
+        // SAFETY: as for `mp_priv`; the bit-field getter reads through the
+        // raw pointer.
+        unsafe { bindings::page_pool::dma_map_raw(self.0.get()) }
     }
 
     /// Whether the pool's buffers are only written by the device.
     pub(crate) fn dma_from_device(&self) -> bool {
-        self.params().dma_dir == bindings::dma_data_direction_DMA_FROM_DEVICE
+        self.dma_dir() == bindings::dma_data_direction_DMA_FROM_DEVICE
     }
 
     /// Buffer order (0: one page).
     pub(crate) fn order(&self) -> u32 {
-        self.params().order
+        // SAFETY: as for `mp_priv`.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p.order).read() }
     }
 
     /// Offset of the data in each buffer.
     pub(crate) fn offset(&self) -> u32 {
-        self.params().offset
+        // SAFETY: as for `mp_priv`.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p.offset).read() }
     }
 
     /// Gives `nm` back to this pool (`page_pool_put_unrefed_netmem`).
@@ -103,12 +113,12 @@ impl PagePool {
     /// `addr..addr + len` lies in one buffer mapped `DMA_FROM_DEVICE` for
     /// this pool's device, and stays mapped during the call.
     pub(super) unsafe fn sync_for_device(&self, addr: u64, len: u32) {
-        let p = self.params();
-        // SAFETY: `p.dev` is the pool's live DMA device; the caller
+        let dev = self.dev();
+        // SAFETY: `dev` is the pool's live DMA device; the caller
         // guarantees the address range.
         unsafe {
-            if bindings::dma_dev_need_sync(p.dev) {
-                bindings::__dma_sync_single_for_device(p.dev, addr, len as usize, p.dma_dir);
+            if bindings::dma_dev_need_sync(dev) {
+                bindings::__dma_sync_single_for_device(dev, addr, len as usize, self.dma_dir());
             }
         }
     }
@@ -125,6 +135,7 @@ pub(crate) struct AllocBatch<'a> {
     pool: &'a PagePool,
     cache: &'a mut [bindings::netmem_ref],
     len: usize,
+    area: u64,
 }
 
 impl<'a> AllocBatch<'a> {
@@ -133,8 +144,10 @@ impl<'a> AllocBatch<'a> {
 
     /// # Safety
     ///
-    /// Only from an `alloc_netmems` callback of `pool`, whose cache is empty.
-    pub(crate) unsafe fn new(pool: &'a PagePool) -> Self {
+    /// Only from an `alloc_netmems` callback of `pool`, whose cache is
+    /// empty. `area` is the id of the net_iov area of the pool's provider,
+    /// which the pool keeps alive.
+    pub(super) unsafe fn new(pool: &'a PagePool, area: u64) -> Self {
         // SAFETY: the caller runs inside `alloc_netmems`, which owns the
         // pool's allocation cache; it holds at least `PP_ALLOC_CACHE_SIZE`.
         let cache = unsafe { &mut (*pool.as_raw()).alloc.cache };
@@ -143,7 +156,13 @@ impl<'a> AllocBatch<'a> {
             pool,
             cache: &mut cache[..max],
             len: 0,
+            area,
         }
+    }
+
+    /// The id of the net_iov area whose buffers this pool may take.
+    pub(super) fn area(&self) -> u64 {
+        self.area
     }
 
     /// The pool being filled.

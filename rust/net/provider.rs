@@ -20,12 +20,17 @@ use kernel::{
 
 use super::{
     netdev::{LockedNetDev, NetDevRefBox},
-    netmem::{Netmem, Released},
+    netmem::{NetIovArea, Netmem, Released},
     page_pool::{AllocBatch, PagePool}, //
 };
 
 /// The callbacks of a memory provider.
 pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
+    /// The buffers this provider gives its pools. Must always be the same
+    /// area: its id is stamped on every [`AllocBatch`] and [`Released`],
+    /// and the area refuses those of another.
+    fn net_iov_area(&self) -> &NetIovArea;
+
     /// Fill `batch` with buffers for its pool; may leave it empty.
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>);
 
@@ -88,6 +93,7 @@ impl<T: MemoryProvider> ProviderOps<T> {
 /// module (so that the core pins the module while the ops are in use).
 macro_rules! memory_provider_ops {
     ($name:ident, $t:ty) => {
+        #[allow(unsafe_code)]
         static $name: $crate::net::provider::ProviderOps<$t> = {
             #[allow(improper_ctypes)]
             extern "C" {
@@ -129,10 +135,11 @@ unsafe extern "C" fn alloc_netmems<T: MemoryProvider>(
         kernel::pr_warn_once!("alloc_netmems called with a non-empty cache\n");
         return 0;
     }
-    // SAFETY: see above.
-    let mut batch = unsafe { AllocBatch::new(pool) };
     // SAFETY: `pool` uses our ops, so `mp_priv` is a `T`.
-    T::alloc_netmems(unsafe { provider_of::<T>(pool) }, &mut batch);
+    let this = unsafe { provider_of::<T>(pool) };
+    // SAFETY: see above; the pool keeps `this`, and so its area, alive.
+    let mut batch = unsafe { AllocBatch::new(pool, this.net_iov_area().id()) };
+    T::alloc_netmems(this, &mut batch);
     batch.finish()
 }
 
@@ -151,8 +158,9 @@ unsafe extern "C" fn release_netmem<T: MemoryProvider>(
     // SAFETY: `pool` uses our ops.
     let this = unsafe { provider_of::<T>(pool) };
     // SAFETY: the core passes a netmem of `pool`, live during the call, and
-    // gives it back to us (this is the release callback).
-    let released = unsafe { Released::new(Netmem::from_raw(netmem)) };
+    // gives it back to us (this is the release callback); `pool` belongs to
+    // `this`, whose area gave it its buffers.
+    let released = unsafe { Released::new(Netmem::from_raw(netmem), this.net_iov_area().id()) };
     T::release_netmem(this, released);
     // The provider keeps the buffer: the pool must not free it as a page.
     false
@@ -168,6 +176,12 @@ unsafe extern "C" fn init<T: MemoryProvider>(pp: *mut bindings::page_pool) -> i3
     let pool = unsafe { PagePool::from_raw(pp) };
     if pool.mp_priv().is_null() {
         return EINVAL.to_errno();
+    }
+    // What the area's buffers are: one page each, mapped by us for the
+    // device to write. A pool that wants anything else would make the NIC
+    // write past a buffer; refuse it here, whatever `T::init` says.
+    if pool.order() != 0 || !pool.dma_map() || !pool.dma_from_device() {
+        return EOPNOTSUPP.to_errno();
     }
     // SAFETY: `pool` uses our ops.
     let this = unsafe { provider_of::<T>(pool) };
@@ -224,14 +238,17 @@ unsafe extern "C" fn uninstall<T: MemoryProvider>(
     rxq: *mut bindings::netdev_rx_queue,
 ) {
     // SAFETY: `mp_priv` comes from a [`Binding`] of `T`, which owns a
-    // reference to the `Arc<T>` for as long as the queue is bound.
-    let this = unsafe { ArcBorrow::from_raw(mp_priv.cast::<T>()) };
+    // reference to the `Arc<T>` for as long as the queue is bound. Our own
+    // reference keeps `T` alive through the callback, which may end the
+    // binding (and drop the binding's reference) before it returns.
+    let this: Arc<T> = unsafe { ArcBorrow::from_raw(mp_priv.cast::<T>()) }.into();
     let token = Uninstall {
         mp_priv: mp_priv as usize,
-        rxq: rxq as usize,
+        _rxq: rxq as usize,
         _p: PhantomData,
     };
-    T::uninstall(this, &token);
+    T::uninstall(this.as_arc_borrow(), &token);
+    drop(this);
 }
 
 /// Proof that the core is uninstalling the binding of one rx queue: given
@@ -239,7 +256,9 @@ unsafe extern "C" fn uninstall<T: MemoryProvider>(
 /// [`Binding::uninstalled`].
 pub(crate) struct Uninstall<'a> {
     mp_priv: usize,
-    rxq: usize,
+    // The queue the core names: the physical one of a leased queue, so it
+    // is not compared (a binding's `mp_priv` is unique to it).
+    _rxq: usize,
     _p: PhantomData<&'a ()>,
 }
 
@@ -291,16 +310,11 @@ impl<T: MemoryProvider> Binding<T> {
     /// Ends the binding the core is uninstalling (the device is going
     /// away): drops the device reference and the provider reference
     /// without unbinding, which the core does itself. A token of another
-    /// queue's uninstall leaves the binding in place (with a warning): the
-    /// queue must keep its provider.
-    pub(crate) fn uninstalled(self, token: &Uninstall<'_>) {
-        let mine = token.mp_priv == Arc::as_ptr(&self.this) as usize
-            && token.rxq == self.dev.rx_queue_id(self.rxq);
-        if !mine {
-            pr_warn!("uninstalled: not this binding's uninstall\n");
-            // Keep the queue's provider alive: leak the binding.
-            core::mem::forget(self);
-            return;
+    /// binding's uninstall is refused: the binding is handed back (`Err`),
+    /// still bound.
+    pub(crate) fn uninstalled(self, token: &Uninstall<'_>) -> core::result::Result<(), Self> {
+        if token.mp_priv != Arc::as_ptr(&self.this) as usize {
+            return Err(self);
         }
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the fields are
@@ -308,6 +322,7 @@ impl<T: MemoryProvider> Binding<T> {
         let (dev, arc) = unsafe { (core::ptr::read(&this.dev), core::ptr::read(&this.this)) };
         drop(dev);
         drop(arc);
+        Ok(())
     }
 }
 

@@ -48,23 +48,36 @@ impl SkBuff {
         len - data_len
     }
 
-    fn shinfo(&self) -> &bindings::skb_shared_info {
+    /// The shared info, as a raw pointer: clones of the skb change parts of
+    /// it (`dataref`) at any time, so no reference to it is made; the fields
+    /// read below (frags, `nr_frags`, `frag_list`) do not change while the
+    /// skb sits in the socket's queue (type invariant).
+    fn shinfo(&self) -> *mut bindings::skb_shared_info {
         // SAFETY: a live skb always has its shared info.
-        unsafe { &*bindings::skb_shinfo(self.as_raw()) }
+        unsafe { bindings::skb_shinfo(self.as_raw()) }
     }
 
     /// The page/netmem frags.
     pub(crate) fn frags(&self) -> &[Frag] {
         let sh = self.shinfo();
-        let n = usize::from(sh.nr_frags).min(sh.frags.len());
-        // SAFETY: `Frag` is a transparent wrapper of `skb_frag_t`.
-        unsafe { core::slice::from_raw_parts(sh.frags.as_ptr().cast(), n) }
+        // SAFETY: `sh` is the live shared info; `nr_frags` and the frag array
+        // are not modified while we look (see `shinfo`). `Frag` is a
+        // transparent wrapper of `skb_frag_t` (an `Opaque`), so the slice
+        // makes no claim about the frags' bytes.
+        unsafe {
+            let n = usize::from(core::ptr::addr_of!((*sh).nr_frags).read());
+            let frags = core::ptr::addr_of!((*sh).frags);
+            let n = n.min(array_len(frags));
+            core::slice::from_raw_parts(frags.cast::<Frag>(), n)
+        }
     }
 
     /// The skbs on the frag list, in order.
     pub(crate) fn frag_list(&self) -> FragListIter<'_> {
+        // SAFETY: as for `frags`.
+        let next = unsafe { core::ptr::addr_of!((*self.shinfo()).frag_list).read() };
         FragListIter {
-            next: self.shinfo().frag_list,
+            next,
             _p: core::marker::PhantomData,
         }
     }
@@ -91,6 +104,11 @@ impl SkBuff {
             bindings::skb_copy_bits(self.as_raw(), off, page.as_mut_ptr().cast(), len)
         })
     }
+}
+
+/// The length of the array `p` points to, without touching it.
+fn array_len<T, const N: usize>(_p: *const [T; N]) -> usize {
+    N
 }
 
 /// One frag of an skb.

@@ -60,7 +60,10 @@ impl TcpSocket {
         // SAFETY: the sock is live; lock_sock may sleep, we are in process context.
         unsafe { bindings::lock_sock(self.sk.as_ptr()) };
         // INVARIANT: checked under the lock, dropped (unlocking) on failure.
-        let locked = LockedSock { sock: self };
+        let locked = LockedSock {
+            sock: self,
+            taken_over: false,
+        };
         // SAFETY: the sock is live.
         if !unsafe { is_plain_tcp(self.sk) } {
             return Err(EPROTONOSUPPORT);
@@ -112,6 +115,9 @@ pub(crate) struct QueueTail(*mut bindings::sk_buff);
 /// wait that released it). Not `Send` (the lock is the task's).
 pub(crate) struct LockedSock<'a> {
     sock: &'a TcpSocket,
+    /// An upper layer took the socket over during a wait: nothing may be
+    /// read any more.
+    taken_over: bool,
 }
 
 /// What a read actor tells [`LockedSock::read`].
@@ -245,6 +251,7 @@ impl LockedSock<'_> {
         // The wait released the lock: re-establish the type invariant.
         // SAFETY: the sock is live.
         if !unsafe { is_plain_tcp(self.sock.sk) } {
+            self.taken_over = true;
             return Err(EPROTONOSUPPORT);
         }
         // SAFETY: reading the current task's signal state is always safe.
@@ -265,6 +272,9 @@ impl LockedSock<'_> {
     where
         F: FnMut(&SkBuff, u32, usize) -> ActorResult,
     {
+        if self.taken_over {
+            return Err(EPROTONOSUPPORT);
+        }
         let mut state = ActorState { actor, error: None };
         // SAFETY: all-zero is a valid read descriptor; we set what we use.
         let mut desc: bindings::read_descriptor_t = unsafe { core::mem::zeroed() };

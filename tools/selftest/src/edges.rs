@@ -100,11 +100,16 @@ fn area_refuses_odd_memory(env: &Env) -> Outcome {
     tryo!(Zcrx::open().and_then(|z2| z2.register_raw(good.addr(), len as u64)).map_err(|e| format!("anonymous: {e}")));
     let shared = tryo!(Map::new(len, rw, libc::MAP_SHARED, mfd));
     tryo!(Zcrx::open().and_then(|z2| z2.register_raw(shared.addr(), len as u64)).map_err(|e| format!("shared memfd: {e}")));
+    // A private map of /dev/zero is anonymous memory (no vm_ops), though
+    // it has a file.
+    let zero = tryo!(std::fs::OpenOptions::new().read(true).write(true).open("/dev/zero").map_err(|e| e.to_string()));
+    let zmap = tryo!(Map::new(len, rw, libc::MAP_PRIVATE, zero.as_raw_fd()));
+    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(zmap.addr(), len as u64)).map_err(|e| format!("MAP_PRIVATE /dev/zero: {e}")));
     let st = tryo!(z.stats().map_err(|e| e.to_string()));
     if st.area_buffers != 0 {
         return Fail(format!("an area of {} buffers exists after only refusals", st.area_buffers));
     }
-    env.diag(&format!("{} refusals, each with its documented errno; anonymous and shared memfd memory accepted", cases.len() + 1));
+    env.diag(&format!("{} refusals, each with its documented errno; anonymous, shared memfd and private /dev/zero memory accepted", cases.len() + 1));
     drop(cases);
     drop(z);
     // SAFETY: our fd.
