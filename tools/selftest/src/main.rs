@@ -22,6 +22,7 @@ macro_rules! tryo {
 mod common;
 mod edges;
 mod errors;
+mod faults;
 mod lifecycle;
 mod net;
 mod stream;
@@ -72,6 +73,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(stream::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
+    v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
     v
 }
