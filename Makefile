@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
-	check-fast demo bench clean distclean-kernel
+	check-fast demo bench fuzz clean distclean-kernel
 
 all: module
 
@@ -37,6 +37,7 @@ help:
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
 	@echo "make tools         build the userspace tools (tools/, cargo)"
 	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians"
+	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -76,6 +77,11 @@ check-fast: module iou-zcrx tools
 # The benchmark: zcrx-rs vs io_uring zcrx vs recv() vs recv(MSG_TRUNC).
 bench: module tools
 	@$(TOP)/scripts/bench.sh
+
+# The uAPI fuzzer on the debug kernel; make check runs a short one.
+fuzz: tools
+	@$(MAKE) --no-print-directory FLAVOUR=debug module
+	@$(TOP)/scripts/fuzz.sh
 
 demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)

@@ -23,6 +23,7 @@ mod common;
 mod edges;
 mod errors;
 mod faults;
+mod fuzz;
 mod lifecycle;
 mod net;
 mod stream;
@@ -44,6 +45,10 @@ pub struct Env {
     /// Divisor for the other streams' sizes (`--scale-down`, for the slow
     /// debug kernel).
     pub scale_down: u64,
+    /// How long `fuzz_uapi` runs (`--fuzz-seconds`; 0: it skips).
+    pub fuzz_seconds: u64,
+    /// Its seed (`--fuzz-seed`; default: from the clock).
+    pub fuzz_seed: Option<u64>,
 }
 
 impl Env {
@@ -75,11 +80,12 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
+    v.extend_from_slice(fuzz::TESTS);
     v
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--list] [TEST...]");
     exit(2);
 }
 
@@ -132,6 +138,8 @@ fn main() {
     let mut list = false;
     let mut big_stream = 1u64 << 30;
     let mut scale_down = 1u64;
+    let mut fuzz_seconds = 0u64;
+    let mut fuzz_seed = None;
     let mut args = std::env::args().skip(1);
     if std::env::args().nth(1).as_deref() == Some("--child-register") {
         let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();
@@ -149,6 +157,10 @@ fn main() {
             "--scale-down" => {
                 scale_down = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
             }
+            "--fuzz-seconds" => {
+                fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+            }
+            "--fuzz-seed" => fuzz_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
             "--list" => list = true,
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
@@ -166,7 +178,7 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module, big_stream, scale_down };
+    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed };
 
     let mut k = Ktap::new(std::io::stdout(), tests.len());
     // SAFETY: geteuid has no preconditions.
