@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
-	check-fast demo bench fuzz clean distclean-kernel
+	check-fast demo bench fuzz soak clean distclean-kernel
 
 all: module
 
@@ -38,6 +38,7 @@ help:
 	@echo "make tools         build the userspace tools (tools/, cargo)"
 	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians"
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
+	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -82,6 +83,13 @@ bench: module tools
 fuzz: tools
 	@$(MAKE) --no-print-directory FLAVOUR=debug module
 	@$(TOP)/scripts/fuzz.sh
+
+# Long streams while queues restart and receivers rebind; make check runs a
+# short one.
+SOAK_FLAVOUR ?= debug
+soak: tools
+	@$(MAKE) --no-print-directory FLAVOUR=$(SOAK_FLAVOUR) module
+	@FLAVOUR=$(SOAK_FLAVOUR) $(TOP)/scripts/soak.sh
 
 demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)

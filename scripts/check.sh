@@ -139,7 +139,7 @@ vm_suite() {
 $name ($fl kernel): $vp passed/$vf failed/$vs skipped"
 }
 
-vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20
+vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --soak-seconds 30
 if [ -n "$debug" ]; then
 	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 60
 fi

@@ -28,6 +28,7 @@ mod lifecycle;
 mod net;
 mod stream;
 mod signed;
+mod soak;
 mod teardown;
 mod urgent;
 
@@ -49,6 +50,9 @@ pub struct Env {
     pub fuzz_seconds: u64,
     /// Its seed (`--fuzz-seed`; default: from the clock).
     pub fuzz_seed: Option<u64>,
+    /// How long `soak_streams_restarts_rebinds` runs (`--soak-seconds`; 0:
+    /// it skips).
+    pub soak_seconds: u64,
 }
 
 impl Env {
@@ -80,12 +84,13 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
+    v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--soak-seconds S] [--list] [TEST...]");
     exit(2);
 }
 
@@ -140,6 +145,7 @@ fn main() {
     let mut scale_down = 1u64;
     let mut fuzz_seconds = 0u64;
     let mut fuzz_seed = None;
+    let mut soak_seconds = 0u64;
     let mut args = std::env::args().skip(1);
     if std::env::args().nth(1).as_deref() == Some("--child-register") {
         let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();
@@ -161,6 +167,9 @@ fn main() {
                 fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
             }
             "--fuzz-seed" => fuzz_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
+            "--soak-seconds" => {
+                soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
+            }
             "--list" => list = true,
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
@@ -178,7 +187,7 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed };
+    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed, soak_seconds };
 
     let mut k = Ktap::new(std::io::stdout(), tests.len());
     // SAFETY: geteuid has no preconditions.

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! A long run (`make soak`; a short one in `make check`): streams, byte-
+//! exact, while netdevsim's queue restarts in every reset mode, and
+//! receivers come and go. Rounds alternate: a persistent context binds the
+//! queue, takes three streams and unbinds; then a new context binds, takes
+//! a stream, unbinds, binds again, takes another and closes. Only one
+//! context is bound at a time (netdevsim steers by transmit queue, not by
+//! flow: a flow would otherwise spill into another context's memory), and
+//! each stream starts after its receiver is bound (a go byte). At the end
+//! the module must be back to zero live objects and the process's pinned
+//! memory back where it was.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::{Pattern, Zcrx};
+
+use crate::common::{ensure_loaded, mib, vm_pinned_kb, wait_idle};
+use crate::net::{addr_a, connect, in_netns, join, receive, Nsim, NS_A, NS_B};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[("soak_streams_restarts_rebinds", soak)];
+
+#[derive(Default)]
+struct Counts {
+    streams: u64,
+    bytes: u64,
+    zc: u64,
+    binds: u64,
+    contexts: u64,
+}
+
+/// Takes one stream: accept, go byte, receive to the end byte-exact.
+fn one(z: &mut Zcrx, l: &TcpListener, pat: &Pattern, c: &mut Counts) -> Result<(), String> {
+    let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+    s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
+    let rx = receive(z, &s, pat, None)?;
+    c.streams += 1;
+    c.bytes += rx.bytes;
+    c.zc += rx.zc_bytes;
+    Ok(())
+}
+
+fn soak(env: &Env) -> Outcome {
+    if env.soak_seconds == 0 {
+        return Skip("no --soak-seconds given".into());
+    }
+    tryo!(ensure_loaded(env));
+    let pinned0 = vm_pinned_kb();
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = 7701u16;
+    let secs = env.soak_seconds;
+
+    let st = stop.clone();
+    let rx = in_netns(NS_A, move || -> Result<Counts, String> {
+        let l = TcpListener::bind(("::", port)).map_err(|e| e.to_string())?;
+        let pat = Pattern::new(1);
+        let mut c = Counts::default();
+        let mut p = Zcrx::open().map_err(|e| e.to_string())?;
+        p.register_area(32 << 20).map_err(|e| e.to_string())?;
+        c.contexts += 1;
+        let t0 = Instant::now();
+        let mut last = Instant::now();
+        while t0.elapsed() < Duration::from_secs(secs) {
+            p.bind(a_idx, 0, 0).map_err(|e| format!("persistent BIND: {e}"))?;
+            c.binds += 1;
+            for _ in 0..3 {
+                one(&mut p, &l, &pat, &mut c).map_err(|e| format!("persistent: {e}"))?;
+            }
+            p.unbind().map_err(|e| format!("persistent UNBIND: {e}"))?;
+            let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+            z.register_area(16 << 20).map_err(|e| e.to_string())?;
+            c.contexts += 1;
+            for round in 0..2 {
+                z.bind(a_idx, 0, 0).map_err(|e| format!("new context BIND {round}: {e}"))?;
+                c.binds += 1;
+                one(&mut z, &l, &pat, &mut c).map_err(|e| format!("new context: {e}"))?;
+                z.unbind().map_err(|e| format!("new context UNBIND: {e}"))?;
+            }
+            drop(z);
+            if last.elapsed() > Duration::from_secs(60) {
+                last = Instant::now();
+                eprintln!(
+                    "soak: {} s of {secs}: {} in {} streams ({} zero-copy), {} binds, {} contexts",
+                    t0.elapsed().as_secs(),
+                    mib(c.bytes),
+                    c.streams,
+                    mib(c.zc),
+                    c.binds,
+                    c.contexts
+                );
+            }
+        }
+        st.store(true, Ordering::Relaxed);
+        // One last connection tells the sender to stop (no go byte).
+        Ok(c)
+    });
+    let st = stop.clone();
+    let tx = in_netns(NS_B, move || -> Result<u64, String> {
+        let pat = Pattern::new(1);
+        let mut sent = 0u64;
+        let mut k = 1u64;
+        while !st.load(Ordering::Relaxed) {
+            let Ok(mut c) = connect(addr_a(true, port), Duration::from_secs(60)) else {
+                sleep(Duration::from_millis(100));
+                continue;
+            };
+            let mut go = [0u8; 1];
+            if std::io::Read::read_exact(&mut c, &mut go).is_err() {
+                // The receiver finished: no go byte, the listener closed.
+                break;
+            }
+            k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = (1 + (k >> 33) % 16) << 20;
+            let mut off = 0u64;
+            while off < len {
+                let n = ((len - off) as usize).min(256 << 10);
+                c.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
+                off += n as u64;
+            }
+            sent += len;
+        }
+        Ok(sent)
+    });
+    // Chaos: restart the queue, every mode.
+    let st = stop.clone();
+    let chaos = std::thread::spawn(move || {
+        let mut resets = 0u64;
+        let mut k = 7u64;
+        let path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/queue_reset";
+        while !st.load(Ordering::Relaxed) {
+            k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            sleep(Duration::from_millis(300 + (k >> 40) % 1200));
+            if std::fs::write(path, format!("0 {}", (k >> 30) % 4)).is_ok() {
+                resets += 1;
+            }
+        }
+        resets
+    });
+    let got = join(rx);
+    stop.store(true, Ordering::Relaxed);
+    let resets = chaos.join().unwrap_or(0);
+    let sent = join(tx);
+    let c = tryo!(got);
+    let sent = tryo!(sent);
+    if c.bytes != sent {
+        return Fail(format!("received {} of {sent} bytes", c.bytes));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(30)));
+    let pinned = vm_pinned_kb();
+    if pinned != pinned0 {
+        return Fail(format!("VmPin {pinned} kB after the run, {pinned0} kB before"));
+    }
+    env.diag(&format!(
+        "soak {secs} s, {resets} queue resets: {} byte-exact in {} streams, {} zero-copy ({:.1}%), {} binds over \
+         {} contexts; counters and VmPin back to zero",
+        mib(c.bytes),
+        c.streams,
+        mib(c.zc),
+        100.0 * c.zc as f64 / c.bytes.max(1) as f64,
+        c.binds,
+        c.contexts
+    ));
+    Pass
+}
