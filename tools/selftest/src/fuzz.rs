@@ -164,6 +164,7 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                 }
             }
             (5..=7, Some(i)) => {
+                forget_ring(&sh, &ctxs[i]);
                 ctxs.swap_remove(i);
                 t.note("close", &Ok::<(), std::io::Error>(()));
             }
@@ -180,16 +181,22 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                             let m = Map::new(4 * ps, libc::PROT_READ | libc::PROT_WRITE).ok_or("mmap")?;
                             (m.addr() + rng.pick(&[0, 1, 4095]), rng.pick(&[0u64, 4 * ps as u64, 4 * ps as u64 + 1]), Some(m))
                         }
-                        1 => match sh.rings.lock().unwrap().first().copied() {
-                            Some((a, l)) => {
-                                // A refill ring (kernel memory) must never
-                                // become an area.
-                                let r = c.z.register_raw(a, l as u64);
-                                t.note("register_ring", &r);
-                                continue;
+                        1 => {
+                            // A live refill ring (kernel memory) must never
+                            // become an area. The list holds only rings still
+                            // mapped: their owners take them out (under this
+                            // lock) before unmapping, so the address cannot
+                            // be reused meanwhile (by our own heap, say).
+                            let rings = sh.rings.lock().unwrap();
+                            match rings.first().copied() {
+                                Some((a, l)) => {
+                                    let r = c.z.register_raw(a, l as u64);
+                                    t.note("register_ring", &r);
+                                    continue;
+                                }
+                                None => (rng.pick(&bad_addrs), ps as u64, None),
                             }
-                            None => (rng.pick(&bad_addrs), ps as u64, None),
-                        },
+                        }
                         _ => {
                             let any = rng.next();
                             (rng.pick(&bad_addrs), rng.pick(&[0u64, ps as u64, u64::MAX, (1 << 32) + ps as u64, any]), None)
@@ -207,6 +214,8 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                 if rng.pct(70) {
                     let rxq = rng.pick(&[0u32, 0, 1, 1, 7]);
                     let ent = rng.pick(&[0u32, 1, 64, 4096, 40000]);
+                    // A successful bind replaces (unmaps) the old ring.
+                    forget_ring(&sh, c);
                     let r = c.z.bind(sh.a_idx, rxq, ent);
                     t.note("bind", &r);
                     if r.is_ok() {
@@ -389,6 +398,13 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
         }
     }
     Ok((t, ctxs))
+}
+
+/// Takes `c`'s ring out of the shared list before it may be unmapped.
+fn forget_ring(sh: &Shared, c: &Ctx) {
+    if let Some((addr, _)) = c.z.ring_mapping() {
+        sh.rings.lock().unwrap().retain(|r| r.0 != addr);
+    }
 }
 
 /// Sends `fd` over a new socketpair and returns the received copy.
