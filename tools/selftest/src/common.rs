@@ -144,3 +144,12 @@ pub fn iou_zcrx_exe() -> Result<String, String> {
     }
     Ok(exe)
 }
+
+/// `what` must fail with `want`.
+pub fn expect_errno<T>(what: &str, r: std::io::Result<T>, want: i32) -> Result<(), String> {
+    match r {
+        Ok(_) => Err(format!("{what}: succeeded, expected {}", zcrx::sys::errno_name(want))),
+        Err(e) if e.raw_os_error() == Some(want) => Ok(()),
+        Err(e) => Err(format!("{what}: {e}, expected {}", zcrx::sys::errno_name(want))),
+    }
+}

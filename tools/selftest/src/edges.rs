@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use zcrx::ktap::Outcome::{self, *};
-use zcrx::sys::errno_name;
 use zcrx::uapi::*;
 use zcrx::{dev::page_size, Pattern, Rec, Zcrx};
 
-use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::common::{ensure_loaded, expect_errno, mib, wait_idle};
 use crate::net::{addr_a, connect, in_netns, join, receive_from, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
@@ -29,14 +28,6 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("memlock_limit_is_per_user", memlock_limit_is_per_user),
     ("area_kernel_memory_in_memcg", area_kernel_memory_in_memcg),
 ];
-
-fn expect_errno<T>(what: &str, r: std::io::Result<T>, want: i32) -> Result<(), String> {
-    match r {
-        Ok(_) => Err(format!("{what}: succeeded, expected {}", errno_name(want))),
-        Err(e) if e.raw_os_error() == Some(want) => Ok(()),
-        Err(e) => Err(format!("{what}: {e}, expected {}", errno_name(want))),
-    }
-}
 
 /// An mmap the test owns; unmapped on drop.
 struct Map(*mut libc::c_void, usize);

@@ -10,11 +10,11 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use zcrx::ktap::Outcome::{self, *};
-use zcrx::sys::{errno_name, ioctl};
+use zcrx::sys::ioctl;
 use zcrx::uapi::*;
 use zcrx::{dev::page_size, Rec, Zcrx};
 
-use crate::common::{ensure_loaded, wait_idle};
+use crate::common::{ensure_loaded, expect_errno, wait_idle};
 use crate::net::{in_netns, join, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -26,15 +26,6 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("recv_bad_sockets", recv_bad_sockets),
     ("refill_bad_entries", refill_bad_entries),
 ];
-
-/// `what` must fail with `want`.
-fn expect_errno<T>(what: &str, r: std::io::Result<T>, want: i32) -> Result<(), String> {
-    match r {
-        Ok(_) => Err(format!("{what}: succeeded, expected {}", errno_name(want))),
-        Err(e) if e.raw_os_error() == Some(want) => Ok(()),
-        Err(e) => Err(format!("{what}: {e}, expected {}", errno_name(want))),
-    }
-}
 
 fn area_bad_inputs(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
