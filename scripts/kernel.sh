@@ -149,7 +149,7 @@ do_build() {
 	( while sleep 60; do
 		printf '==> kernel build (%s): %s objects so far\n' "$flavour" \
 			"$(grep -c -E '^  (CC|RUSTC)' "$B/build.log" 2>/dev/null || echo 0)" >&2
-	  done ) &
+	  done ) 9>&- &   # not the build lock: an orphaned sleep would hold it
 	local ticker=$!
 	local rc=0
 	make -C "$SRC" O="$B" -j"$jobs" bzImage modules > "$B/build.log" 2>&1 || rc=$?
