@@ -108,6 +108,12 @@ impl Area {
         self.niovs.unmap_dma(u, going);
     }
 
+    /// Unmaps the area if nothing uses the mapping any more (see
+    /// [`NetIovArea::unmap_idle`]).
+    pub(crate) fn unmap_idle(&self) {
+        self.niovs.unmap_idle();
+    }
+
     /// Buffers the free list keeps for copies: page pools cannot take them.
     ///
     /// Without a reserve a small area can deadlock: the pool's caches hold

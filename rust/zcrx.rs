@@ -27,7 +27,7 @@ use crate::net::{
     netdev::LockedNetDev,
     netmem::{DmaUse, NetIovArea, Released},
     page_pool::{AllocBatch, PagePool},
-    provider::{self, memory_provider_ops, Binding, MemoryProvider, Uninstall},
+    provider::{self, memory_provider_ops, Binding, BindingSlot, MemoryProvider, Uninstall},
 };
 use crate::refill::{parse_rqe, RefillRing};
 use crate::stats::{Stats, GLOBAL};
@@ -66,6 +66,7 @@ pub(crate) struct Zcrx {
     dma: Mutex<Option<DmaUse>>,
     dma_dev_id: usize,
     rxq: u32,
+    slot: BindingSlot,
     pub(crate) stats: Stats,
 }
 
@@ -111,6 +112,7 @@ impl Zcrx {
                 dma <- new_mutex!(None, "Zcrx::dma"),
                 dma_dev_id,
                 rxq,
+                slot: BindingSlot::new(),
                 stats: Stats::new(),
             }),
             GFP_KERNEL_ACCOUNT,
@@ -128,8 +130,19 @@ impl Zcrx {
         *zcrx.dma.lock() = Some(share);
         match provider::bind_rxq(&dev, rxq, &ZCRX_OPS, zcrx.clone()) {
             Ok(b) => {
-                // Under the device lock still: `uninstall` cannot run yet.
-                *zcrx.state.lock() = BindState::Bound(b);
+                let mut st = zcrx.state.lock();
+                if let BindState::DeviceGone = *st {
+                    // The core uninstalled the binding before we could
+                    // record it (a leased queue, whose device has its own
+                    // lock): it is over; dropping it does not touch the
+                    // queue, but takes the device lock, so release ours.
+                    drop(st);
+                    drop(dev);
+                    drop(b);
+                    return Err(ENODEV);
+                }
+                *st = BindState::Bound(b);
+                drop(st);
                 Ok(zcrx)
             }
             Err((e, msg)) => {
@@ -177,6 +190,13 @@ impl Zcrx {
         };
         // Out of `state`: this takes the device's instance lock.
         binding.unbind();
+        // The queue restarted without us. Buffers the user gave back and no
+        // pool will take from the ring now go home (so that the old pools
+        // can finish), then this binding's DMA share goes: the mapping with
+        // it if no pool holds a buffer any more, else when the last of them
+        // is destroyed (`destroy`).
+        self.drain_refill();
+        self.release_dma(None);
         Ok(())
     }
 
@@ -261,6 +281,10 @@ impl MemoryProvider for Zcrx {
         self.area.niovs()
     }
 
+    fn binding_slot(&self) -> &BindingSlot {
+        &self.slot
+    }
+
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>) {
         this.refill_from_ring(batch);
         if batch.len() == 0 {
@@ -288,24 +312,29 @@ impl MemoryProvider for Zcrx {
             pr_warn!("page pool DMA device is not the queue's\n");
             return Err(EINVAL);
         }
-        if !pool.dma_map() || !pool.dma_from_device() {
-            return Err(EOPNOTSUPP);
-        }
-        if pool.order() != 0 {
-            return Err(EINVAL);
-        }
+        // One-page buffers mapped by us for the device to write: the
+        // layer's `init` trampoline refused any other pool already.
         GLOBAL.pools.add(1);
         Ok(())
     }
 
-    fn destroy(_this: ArcBorrow<'_, Self>) {
+    fn destroy(this: ArcBorrow<'_, Self>) {
         GLOBAL.pools.sub(1);
+        // The last pool of an unbound binding may have held the last
+        // attached buffers: unmap if nothing uses the mapping now.
+        if !this.is_bound() {
+            this.area.unmap_idle();
+        }
     }
 
     fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>) {
         // The device is being unregistered: forget it and unmap now, while
         // its DMA device is still usable.
         let mut st = this.state.lock();
+        if let BindState::New = &*st {
+            // `bind` has not recorded the binding yet; it will see this.
+            *st = BindState::DeviceGone;
+        }
         if let BindState::Bound(_) = &*st {
             let BindState::Bound(b) = core::mem::replace(&mut *st, BindState::DeviceGone) else {
                 return;

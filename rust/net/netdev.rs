@@ -102,10 +102,14 @@ impl LockedNetDev {
             && thresh == 0
     }
 
-    /// The device that DMAs for rx queue `rxq`, if the queue can do
-    /// zero-copy at all.
+    /// The device that DMAs for rx queue `rxq`, if the queue exists and can
+    /// do zero-copy at all.
     pub(crate) fn queue_dma_dev(&self, rxq: u32) -> Option<DmaDevice> {
-        // SAFETY: the device is locked, as the function requires.
+        if rxq >= self.rx_queues() {
+            return None;
+        }
+        // SAFETY: the device is locked, as the function requires, and `rxq`
+        // is one of its rx queues (drivers index their queues with it).
         let dev = unsafe {
             bindings::netdev_queue_get_dma_dev(
                 self.dev.as_ptr(),

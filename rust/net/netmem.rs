@@ -93,6 +93,9 @@ struct AreaDma {
 ///   device; otherwise the addresses and `mapped_dev` are 0. `mapped_dev`
 ///   changes only under the `free` lock, which allocations for a pool hold
 ///   from checking it to attaching buffers.
+/// - `attached` is at least the number of buffers attached to a page pool
+///   whenever the `free` lock is held (attaching counts up under it,
+///   detaching counts down under it afterwards).
 /// - `id` is unique among all areas ever made.
 /// - Dropped with a buffer still attached to a page pool (a provider bug),
 ///   it leaks its net_iovs, their area and the DMA mapping instead of
@@ -108,6 +111,10 @@ pub(crate) struct NetIovArea {
     #[pin]
     dma: Mutex<Option<AreaDma>>,
     mapped_dev: Atomic<usize>,
+    /// How many buffers are attached to a page pool; changed only under
+    /// the `free` lock, after a detach (so it may count one that was just
+    /// detached, never miss one attached).
+    attached: Atomic<usize>,
     id: u64,
 }
 
@@ -156,6 +163,7 @@ impl NetIovArea {
             free <- new_spinlock_bh!(free, "NetIovArea::free"),
             dma <- new_mutex!(None, "NetIovArea::dma"),
             mapped_dev: Atomic::new(0),
+            attached: Atomic::new(0),
             id: NEXT_AREA_ID.fetch_add(1, Relaxed),
         }))
     }
@@ -292,8 +300,8 @@ impl NetIovArea {
     /// else to its own pool or the free list.
     ///
     /// With a `recycle` batch that is full or not this area's, nothing
-    /// happens (false): returning into the pool whose allocation callback is
-    /// running would write its cache behind the batch's back.
+    /// happens (false): the caller sized or chose its batch wrong, and the
+    /// entry shows up as a bad one rather than going the slow way.
     pub(crate) fn user_return(&self, idx: usize, recycle: Option<&mut AllocBatch<'_>>) -> bool {
         if let Some(b) = &recycle {
             if b.room() == 0 || b.area() != self.id {
@@ -344,6 +352,8 @@ impl NetIovArea {
             // INVARIANT: attached, with the one reference the pool gives
             // it, and in the pool's cache below: a pool buffer.
             unsafe { bindings::net_mp_niov_set_page_pool(batch.pool().as_raw(), self.niov(i)) };
+            self.attached
+                .store(self.attached.load(Relaxed) + 1, Relaxed);
             if batch.push(self.netmem(i)).is_err() {
                 // Cannot happen: there was room. The buffer stays attached
                 // and counted by the pool, so it is lost, not corrupted.
@@ -369,8 +379,11 @@ impl NetIovArea {
                 // SAFETY: a live net_iov of ours; its DMA address is set.
                 let addr = unsafe { bindings::page_pool_get_dma_addr_netmem(nm.raw()) };
                 // SAFETY: the address is the buffer's in our mapping for
-                // the pool's device (checked above), `off + len` is within
-                // the buffer.
+                // the pool's device (checked above, and it stays: the
+                // batch's buffers are attached to the pool, so `teardown`
+                // refuses unless this area's provider is being uninstalled,
+                // which the core does only after the queue stopped
+                // allocating); `off + len` is within the buffer.
                 unsafe { pool.sync_for_device(addr + off as u64, (PAGE_SIZE - off) as u32) };
             }
         }
@@ -390,6 +403,8 @@ impl NetIovArea {
         unsafe { bindings::net_mp_niov_clear_page_pool(self.niov(idx)) };
         // INVARIANT: detached and on the free list.
         let mut free = self.free.lock();
+        self.attached
+            .store(self.attached.load(Relaxed).saturating_sub(1), Relaxed);
         self.free_push(&mut free, idx);
         true
     }
@@ -397,17 +412,20 @@ impl NetIovArea {
     /// Maps the area's pages for `dev` and sets every net_iov's DMA
     /// address, or takes one more share of the mapping that exists for
     /// `dev` (a binding made while the pools of an earlier one on the same
-    /// device still hold buffers). `EBUSY` if it is mapped for another
-    /// device: a net_iov has one DMA address, so the area serves one device
-    /// at a time.
+    /// device still hold buffers). A mapping for another device that no
+    /// share uses and no pool holds a buffer of is torn down first;
+    /// otherwise `EBUSY`: a net_iov has one DMA address, so the area serves
+    /// one device at a time.
     pub(crate) fn map_dma(&self, dev: DmaDevice) -> Result<DmaUse> {
         let mut dma = self.dma.lock();
         if let Some(d) = &mut *dma {
-            if !d.map.is_for(&dev) {
+            if d.map.is_for(&dev) {
+                d.users += 1;
+                return Ok(DmaUse { area: self.id });
+            }
+            if d.users > 0 || !self.teardown(&mut dma, false) {
                 return Err(EBUSY);
             }
-            d.users += 1;
-            return Ok(DmaUse { area: self.id });
         }
         let m = DmaMapping::new(dev, self.pages.clone())?;
         let mut idx = 0usize;
@@ -443,9 +461,11 @@ impl NetIovArea {
     /// Gives back a share of the DMA mapping; the last one unmaps. A share
     /// of another area is ignored (with a warning). While a buffer is still
     /// attached to a page pool, a NIC may still write it: the last share
-    /// unmaps then only with proof that the device is going away
-    /// (`uninstall`, whose core has stopped the queues); otherwise the
-    /// mapping stays (with a warning) until the area goes.
+    /// unmaps then only with proof that this area's provider is being
+    /// uninstalled (`uninstall`, whose core has stopped the queue);
+    /// otherwise the mapping stays until [`NetIovArea::unmap_idle`] finds
+    /// no buffer attached, a mapping for another device is asked for, or
+    /// the area goes.
     pub(crate) fn unmap_dma(&self, u: DmaUse, going: Option<&Uninstall<'_>>) {
         let DmaUse { area } = u;
         if area != self.id {
@@ -458,16 +478,37 @@ impl NetIovArea {
         if d.users > 0 {
             return;
         }
-        if going.is_none() && self.any_attached() {
-            pr_warn!("unmap_dma: buffers still in a page pool; the mapping stays\n");
-            return;
+        let going = going.is_some_and(|t| t.area == self.id);
+        self.teardown(&mut dma, going);
+    }
+
+    /// Unmaps the area if no share uses its mapping and no buffer is
+    /// attached to a page pool (the last pool of an unbound binding is
+    /// gone).
+    pub(crate) fn unmap_idle(&self) {
+        let mut dma = self.dma.lock();
+        if matches!(&*dma, Some(d) if d.users == 0) {
+            self.teardown(&mut dma, false);
         }
+    }
+
+    /// Tears the mapping in `dma` (the locked `self.dma`, with no share
+    /// left) down, unless a buffer is attached to a page pool and the
+    /// device is not `going` away. Whether it did.
+    fn teardown(&self, dma: &mut Option<AreaDma>, going: bool) -> bool {
         {
+            // Under the free lock, which allocations hold from checking
+            // `mapped_dev` to attaching: none attaches between the check
+            // and the store below.
             let _free = self.free.lock();
+            if !going && self.attached.load(Relaxed) != 0 {
+                return false;
+            }
             self.mapped_dev.store(0, Release);
         }
         self.clear_dma_addrs();
         drop(dma.take());
+        true
     }
 
     /// Whether any buffer is attached to a page pool.

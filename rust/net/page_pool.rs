@@ -62,10 +62,13 @@ impl PagePool {
         self.dev() as usize
     }
 
-    /// Whether the pool DMA-maps its buffers.
-    pub(crate) fn dma_map(&self) -> bool {
-        // SAFETY: as for `mp_priv`; the bit-field getter reads through the
-        // raw pointer.
+    /// Whether the pool DMA-maps its buffers. Only for the `init`
+    /// trampoline (see the comment inside).
+    pub(super) fn dma_map(&self) -> bool {
+        // SAFETY: the pool is live; the bit-field getter reads its storage
+        // unit through the raw pointer. That unit also holds `dma_sync`,
+        // which the core clears when it destroys the pool: read this only
+        // before then (pool `init`), as the provider does.
         unsafe { bindings::page_pool::dma_map_raw(self.0.get()) }
     }
 
@@ -124,16 +127,23 @@ impl PagePool {
     }
 }
 
-/// The buffers an `alloc_netmems` callback hands to a pool, written straight
-/// into the pool's allocation cache like the C providers do.
+/// The buffers an `alloc_netmems` callback hands to a pool: staged here,
+/// then appended to the pool's allocation cache by [`AllocBatch::finish`],
+/// as the C providers do.
+///
+/// The cache is not borrowed while the callback runs: a buffer that the
+/// provider gives back during the callback without the batch (a put from
+/// the pool's own NAPI context) may be recycled straight into it, and
+/// `finish` appends after whatever it finds there.
 ///
 /// # Invariants
 ///
-/// `cache` is `pool->alloc.cache`, which is empty (`alloc.count == 0`) while
-/// the callback runs; `len <= cache.len()`.
+/// `staged[..len]` are buffers attached to `pool`, each with the one
+/// page-pool reference of a buffer the pool hands out, owned by the batch;
+/// `len <= MAX`.
 pub(crate) struct AllocBatch<'a> {
     pool: &'a PagePool,
-    cache: &'a mut [bindings::netmem_ref],
+    staged: [bindings::netmem_ref; AllocBatch::MAX],
     len: usize,
     area: u64,
 }
@@ -144,17 +154,15 @@ impl<'a> AllocBatch<'a> {
 
     /// # Safety
     ///
-    /// Only from an `alloc_netmems` callback of `pool`, whose cache is
-    /// empty. `area` is the id of the net_iov area of the pool's provider,
-    /// which the pool keeps alive.
+    /// Only from an `alloc_netmems` callback of `pool`, which runs in the
+    /// pool's allocation context (the only writer of its allocation cache
+    /// apart from direct recycling on the same CPU), once per callback.
+    /// `area` is the id of the net_iov area of the pool's provider, which
+    /// the pool keeps alive.
     pub(super) unsafe fn new(pool: &'a PagePool, area: u64) -> Self {
-        // SAFETY: the caller runs inside `alloc_netmems`, which owns the
-        // pool's allocation cache; it holds at least `PP_ALLOC_CACHE_SIZE`.
-        let cache = unsafe { &mut (*pool.as_raw()).alloc.cache };
-        let max = Self::MAX.min(cache.len());
         AllocBatch {
             pool,
-            cache: &mut cache[..max],
+            staged: [0; Self::MAX],
             len: 0,
             area,
         }
@@ -172,17 +180,17 @@ impl<'a> AllocBatch<'a> {
 
     /// Room left.
     pub(crate) fn room(&self) -> usize {
-        self.cache.len() - self.len
+        Self::MAX - self.len
     }
 
     /// Adds a buffer; it must be attached to this pool with one reference.
     /// When the batch is full the buffer is handed back (`Err`): the caller
     /// still owns it and must not lose it.
     pub(super) fn push<'b>(&mut self, nm: Netmem<'b>) -> core::result::Result<(), Netmem<'b>> {
-        if self.len >= self.cache.len() {
+        if self.len >= Self::MAX {
             return Err(nm);
         }
-        self.cache[self.len] = nm.raw();
+        self.staged[self.len] = nm.raw();
         self.len += 1;
         Ok(())
     }
@@ -191,7 +199,7 @@ impl<'a> AllocBatch<'a> {
     pub(crate) fn netmems(&self) -> impl Iterator<Item = Netmem<'_>> + '_ {
         // SAFETY: every entry was pushed from a `Netmem` valid while the
         // pool (and so the batch) lives.
-        self.cache[..self.len]
+        self.staged[..self.len]
             .iter()
             .map(|&r| unsafe { Netmem::from_raw(r) })
     }
@@ -201,14 +209,39 @@ impl<'a> AllocBatch<'a> {
         self.len
     }
 
-    /// Completes the callback: all but the last buffer go to the cache, the
-    /// last one is returned (0 when there is none), as the C contract wants.
+    /// Completes the callback: all but the last buffer go to the pool's
+    /// cache, the last one is returned (0 when there is none), as the C
+    /// contract wants. A buffer that finds the cache full goes back
+    /// through the pool's put path (its ring, or the provider's release).
     pub(crate) fn finish(self) -> bindings::netmem_ref {
         if self.len == 0 {
             return 0;
         }
-        // SAFETY: the cache holds `len` valid entries and was empty before.
-        unsafe { (*self.pool.as_raw()).alloc.count = (self.len - 1) as u32 };
-        self.cache[self.len - 1]
+        let pp = self.pool.as_raw();
+        for &nm in &self.staged[..self.len - 1] {
+            // SAFETY: we run in the pool's `alloc_netmems` callback (see
+            // `new`), so nothing else writes the allocation cache now; it is
+            // read and written through raw places, each time afresh, with no
+            // reference to it held across the put below.
+            let placed = unsafe {
+                let count = core::ptr::addr_of!((*pp).alloc.count).read() as usize;
+                if count < bindings::PP_ALLOC_CACHE_SIZE as usize {
+                    core::ptr::addr_of_mut!((*pp).alloc.cache[count]).write(nm);
+                    core::ptr::addr_of_mut!((*pp).alloc.count).write((count + 1) as u32);
+                    true
+                } else {
+                    false
+                }
+            };
+            if !placed {
+                // SAFETY: `nm` is attached to this pool with the one
+                // reference of a buffer the pool hands out, owned by the
+                // batch (type invariant) and given back here once: the
+                // state `put_unrefed` takes (the last unref resets the
+                // count to one).
+                unsafe { self.pool.put_unrefed(Netmem::from_raw(nm)) };
+            }
+        }
+        self.staged[self.len - 1]
     }
 }

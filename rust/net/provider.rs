@@ -9,7 +9,14 @@
 //! is an `Arc<T>`: the binding of an rx queue points at it, and every page
 //! pool created for the queue holds a reference from `init` to `destroy`.
 
-use core::{ffi::c_void, marker::PhantomData};
+use core::{
+    ffi::c_void,
+    marker::PhantomData,
+    sync::atomic::{
+        AtomicU8,
+        Ordering::{Acquire, Release},
+    }, //
+};
 
 use kernel::{
     bindings,
@@ -27,9 +34,14 @@ use super::{
 /// The callbacks of a memory provider.
 pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
     /// The buffers this provider gives its pools. Must always be the same
-    /// area: its id is stamped on every [`AllocBatch`] and [`Released`],
-    /// and the area refuses those of another.
+    /// area: its id is stamped on every [`AllocBatch`], [`Released`] and
+    /// [`Uninstall`], and the area refuses those of another.
     fn net_iov_area(&self) -> &NetIovArea;
+
+    /// Where the layer keeps this provider's binding state: a provider is
+    /// bound to at most one queue at a time (so a queue's `mp_priv` names
+    /// one binding). Must always be the same slot.
+    fn binding_slot(&self) -> &BindingSlot;
 
     /// Fill `batch` with buffers for its pool; may leave it empty.
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>);
@@ -49,6 +61,23 @@ pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
     /// end the queue's [`Binding`] with [`Binding::uninstalled`]. The core
     /// clears the queue's binding afterwards.
     fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>);
+}
+
+/// Whether a provider is bound, kept by this layer (see
+/// [`MemoryProvider::binding_slot`]).
+pub(crate) struct BindingSlot(AtomicU8);
+
+const SLOT_FREE: u8 = 0;
+const SLOT_BOUND: u8 = 1;
+/// The core uninstalled the binding (device going away) and cleared the
+/// queue's parameters itself: the [`Binding`] must not close the queue.
+const SLOT_UNINSTALLED: u8 = 2;
+
+impl BindingSlot {
+    /// A slot with no binding.
+    pub(crate) const fn new() -> Self {
+        BindingSlot(AtomicU8::new(SLOT_FREE))
+    }
 }
 
 /// The `struct memory_provider_ops` of provider type `T`, in a `static`.
@@ -242,8 +271,13 @@ unsafe extern "C" fn uninstall<T: MemoryProvider>(
     // reference keeps `T` alive through the callback, which may end the
     // binding (and drop the binding's reference) before it returns.
     let this: Arc<T> = unsafe { ArcBorrow::from_raw(mp_priv.cast::<T>()) }.into();
+    // The core clears the queue's parameters after this callback: the one
+    // binding of `this` (see `bind_rxq`) must not close the queue again,
+    // even if it is dropped before it learns of this (a bind in progress).
+    this.binding_slot().0.store(SLOT_UNINSTALLED, Release);
     let token = Uninstall {
         mp_priv: mp_priv as usize,
+        area: this.net_iov_area().id(),
         _rxq: rxq as usize,
         _p: PhantomData,
     };
@@ -256,6 +290,9 @@ unsafe extern "C" fn uninstall<T: MemoryProvider>(
 /// [`Binding::uninstalled`].
 pub(crate) struct Uninstall<'a> {
     mp_priv: usize,
+    /// The id of the uninstalled provider's area: only its DMA mapping may
+    /// be torn down on the strength of this token.
+    pub(super) area: u64,
     // The queue the core names: the physical one of a leased queue, so it
     // is not compared (a binding's `mp_priv` is unique to it).
     _rxq: usize,
@@ -269,8 +306,9 @@ pub(crate) struct Uninstall<'a> {
 /// # Invariants
 ///
 /// The queue `rxq` of `dev` is bound with `mp_ops == ops` and `mp_priv ==
-/// Arc::as_ptr(&this)`: the queue's pointer is backed by the reference
-/// `this` holds.
+/// Arc::as_ptr(&this)`, or the core uninstalled it (`this`'s slot says so):
+/// the queue's pointer is backed by the reference `this` holds. It is the
+/// only binding of `this` (its slot is not free while it exists).
 pub(crate) struct Binding<T: MemoryProvider> {
     dev: NetDevRefBox,
     rxq: u32,
@@ -288,11 +326,22 @@ pub(crate) fn bind_rxq<T: MemoryProvider>(
     this: Arc<T>,
 ) -> core::result::Result<Binding<T>, (Error, Option<&'static CStr>)> {
     let held = dev.hold().map_err(|e| (e, None))?;
+    let slot = &this.binding_slot().0;
+    if slot
+        .compare_exchange(SLOT_FREE, SLOT_BOUND, Acquire, Acquire)
+        .is_err()
+    {
+        return Err((EBUSY, None));
+    }
     let p = params(ops, &this);
     // SAFETY: `p` names our ops and an `Arc<T>` that the returned binding
-    // keeps alive until the queue is unbound or uninstalled.
-    unsafe { dev.mp_open_rxq(rxq, &p) }?;
-    // INVARIANT: bound just now with `p`.
+    // keeps alive until the queue is unbound or uninstalled; `this` has no
+    // other binding (its slot was free), so `mp_priv` names this one.
+    if let Err(e) = unsafe { dev.mp_open_rxq(rxq, &p) } {
+        slot.store(SLOT_FREE, Release);
+        return Err(e);
+    }
+    // INVARIANT: bound just now with `p`; the slot is taken.
     Ok(Binding {
         dev: held,
         rxq,
@@ -316,6 +365,7 @@ impl<T: MemoryProvider> Binding<T> {
         if token.mp_priv != Arc::as_ptr(&self.this) as usize {
             return Err(self);
         }
+        self.this.binding_slot().0.store(SLOT_FREE, Release);
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the fields are
         // moved out once each.
@@ -328,10 +378,19 @@ impl<T: MemoryProvider> Binding<T> {
 
 impl<T: MemoryProvider> Drop for Binding<T> {
     fn drop(&mut self) {
-        let p = params(self.ops, &self.this);
-        // The binding's own parameters (type invariant); afterwards the
-        // queue no longer points at `this`, whose reference is dropped next.
-        self.dev.lock().mp_close_rxq(self.rxq, &p);
+        let slot = &self.this.binding_slot().0;
+        let dev = self.dev.lock();
+        // Under the device's lock, which `uninstall` runs under too: either
+        // it ran (and the core cleared the queue) or it will not for us.
+        if slot.load(Acquire) != SLOT_UNINSTALLED {
+            let p = params(self.ops, &self.this);
+            // The binding's own parameters (type invariant); afterwards the
+            // queue no longer points at `this`, whose reference is dropped
+            // next.
+            dev.mp_close_rxq(self.rxq, &p);
+        }
+        drop(dev);
+        slot.store(SLOT_FREE, Release);
     }
 }
 
