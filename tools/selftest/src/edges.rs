@@ -24,6 +24,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("errno_rules", errno_rules),
     ("stats_count_only_delivered", stats_count_only_delivered),
     ("unbind_then_bind_again", unbind_then_bind_again),
+    ("bind_other_device_after_unbind", bind_other_device_after_unbind),
     ("socket_taken_over_while_waiting", socket_taken_over_while_waiting),
     ("ktls_takes_over_while_waiting", ktls_takes_over_while_waiting),
     ("ktls_on_zero_copy_queue", ktls_on_zero_copy_queue),
@@ -413,6 +414,82 @@ fn sockmap_insert(fd: i32) -> Result<i32, String> {
         return Err(format!("bpf(BPF_MAP_UPDATE_ELEM sockmap): {}", std::io::Error::last_os_error()));
     }
     Ok(map as i32)
+}
+
+/// BIND `z` to queue 0 of `ifindex` in namespace `ns`, retrying while the
+/// area is still mapped for the device of an earlier binding whose pool is
+/// being torn down (EBUSY); the number of attempts.
+fn bind_when_free(z: Zcrx, ns: &'static str, ifindex: u32) -> Result<(Zcrx, u32), String> {
+    join(in_netns(ns, move || {
+        let mut z = z;
+        let t0 = std::time::Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match z.bind(ifindex, 0, 0) {
+                Ok(()) => return Ok((z, tries)),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t0.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => return Err(format!("BIND in {ns} after {tries} tries: {e}")),
+            }
+        }
+    }))
+}
+
+/// After UNBIND the area can serve another device: the earlier binding's
+/// DMA share is given back at UNBIND (with the refill ring drained), and
+/// the mapping goes once its last pool is gone. Device A with traffic,
+/// then device B, then A again, all through one context and one area.
+fn bind_other_device_after_unbind(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let (a_idx, b_idx) = (n.a_idx, n.b_idx);
+    tryo!(join(in_netns(NS_B, move || {
+        zcrx::ethtool::set_header_split(b_idx, true).map_err(|e| format!("header split on B: {e}"))
+    })));
+    let bytes = 1u64 << 20;
+    let pat = Arc::new(Pattern::new(31337));
+    let p2 = pat.clone();
+    let port = 7307;
+    let rx = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(4 << 20).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 0).map_err(|e| format!("BIND A: {e}"))?;
+        let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let got = receive_from(&mut z, &s, &p2, 0, None)?;
+        drop(s);
+        z.unbind().map_err(|e| format!("UNBIND A: {e}"))?;
+        Ok((z, got))
+    });
+    let tx = crate::net::sender(addr_a(true, port), bytes, pat, 0);
+    let sent = join(tx);
+    let (z, got) = tryo!(join(rx));
+    let sent = tryo!(sent);
+    if got.bytes != sent || got.zc_bytes == 0 {
+        return Fail(format!("device A: received {} of {sent} bytes, {} zero-copy", got.bytes, got.zc_bytes));
+    }
+    let (z, tries_b) = tryo!(bind_when_free(z, NS_B, b_idx));
+    tryo!(join(in_netns(NS_B, move || {
+        let z = z;
+        let r = z.unbind().map_err(|e| format!("UNBIND B: {e}"));
+        r.map(|()| z)
+    }))
+    .and_then(|z| bind_when_free(z, NS_A, a_idx))
+    .map(|(z, tries_a)| {
+        env.diag(&format!(
+            "{} byte-exact on A ({} zero-copy), unbound; bound B after {tries_b} tries, unbound; A again after \
+             {tries_a} tries",
+            mib(got.bytes),
+            mib(got.zc_bytes)
+        ));
+        drop(z);
+    }));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
 }
 
 /// Who takes the socket away from zcrx-rs while a RECV sleeps.

@@ -88,6 +88,8 @@ pub struct Nsim {
     pub a: String,
     /// The receiver's ifindex, in its namespace.
     pub a_idx: u32,
+    /// The sender's ifindex, in its namespace.
+    pub b_idx: u32,
     pub queues: u32,
 }
 
@@ -166,7 +168,7 @@ impl Nsim {
                 &format!("addr add {v4}/24 dev {d}\naddr add {v6}/64 dev {d} nodad\nlink set {d} up\nlink set lo up\n"),
             )?;
         }
-        Ok(Nsim { a, a_idx, queues })
+        Ok(Nsim { a, a_idx, b_idx, queues })
     }
 
     fn down_quiet() {
