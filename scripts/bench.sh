@@ -9,7 +9,8 @@ set -euo pipefail
 usage() {
 	cat <<USAGE
 usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
-                       [--mtu MTU] [--rcvlowat BYTES] [--profile]
+                       (another mode: zcrx-rs-copy, bound and unbound: RECV's copy fallback)
+                       [--mtu MTU] [--rcvlowat BYTES] [--profile] [--module KO] [--module-b KO]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
 receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
@@ -24,9 +25,14 @@ Results: \$ZCRX_CACHE/build/fast/bench/results-DATE.jsonl (+ .summary.json).
 Under TCG absolute numbers mean little; compare the ratios of one run.
 --profile: afterwards one run of each mode with vCPU 1 sampled by perf
 (cpu-clock); the receiver's symbols next to the results.
+--module KO: load this zcrx_rs.ko (built for the fast kernel) instead of
+the tree's. --module-b KO: a second build; a mode "zcrx-rs@b" (or
+"zcrx-rs-copy@b") runs with it, taking turns with module A flow by flow in
+the same VM, and the report gives its ratios to the mode without "@b" (a
+change against its parent, side by side).
 USAGE
 }
-profile= rounds=5 rcvlowat=$((1 << 20)) mtu=4168 bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
+module= module_b= profile= rounds=5 rcvlowat=$((1 << 20)) mtu=4168 bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) rounds=$2; shift ;;
@@ -35,12 +41,18 @@ while [ $# -gt 0 ]; do
 	--rcvlowat) rcvlowat=$2; shift ;;
 	--mtu) mtu=$2; shift ;;
 	--profile) profile=1 ;;
+	--module) module=$(realpath "$2"); shift ;;
+	--module-b) module_b=$(realpath "$2"); shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
 	esac
 	shift
 done
 B=$(build_dir fast)
+module=${module:-$B/zcrx-module/rust/zcrx_rs.ko}
+[ -f "$module" ] || die "no module at $module"
+[ -z "$module_b" ] || [ -f "$module_b" ] || die "no module at $module_b"
+case " $modes " in *@b*) [ -n "$module_b" ] || die "a mode with @b needs --module-b" ;; esac
 D=$B/bench
 mkdir -p "$D"
 out=$D/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl
@@ -48,7 +60,7 @@ stage_begin bench
 rc=0
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 3600 --rwdir "$D" -- \
 	env BENCH_OUT="$out" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
-	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" \
+	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?
 stage_end
 echo

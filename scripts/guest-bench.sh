@@ -26,7 +26,19 @@ hds_set nsa "$NSIM_A" on
 # the peer's timer on CPU 1.
 ip netns exec nsa sh -c "echo 1 > /sys/class/net/$NSIM_A/threaded"
 ip netns exec nsb sh -c "echo 1 > /sys/class/net/$NSIM_B/threaded"
-insmod "$B/zcrx-module/rust/zcrx_rs.ko"
+MODULE_A=${BENCH_MODULE:-$B/zcrx-module/rust/zcrx_rs.ko}
+MODULE_B=${BENCH_MODULE_B:-}
+insmod "$MODULE_A"
+loaded=a
+# A mode "M@b" is mode M with module B loaded (--module-b): the two builds
+# take turns in one VM run, flow by flow.
+use_module() {
+	[ "$loaded" = "$1" ] && return
+	wait_module_idle > /dev/null
+	rmmod zcrx_rs
+	if [ "$1" = b ]; then insmod "$MODULE_B"; else insmod "$MODULE_A"; fi
+	loaded=$1
+}
 : > "$OUT"
 port=6000
 # Binding a queue restarts it, and the restart starts a new NAPI thread on
@@ -57,13 +69,17 @@ one_run() {
 }
 for r in $(seq "$ROUNDS"); do
 	for m in $MODES; do
+		base=${m%@b}
+		case $base in
+		zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
+		esac
 		before=$(hds_stats 1 0)
-		one_run "$m"
+		one_run "$base"
 		after=$(hds_stats 1 0)
 		dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
 		fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
-		sed "s/}\$/,\"round\":$r,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
-			/tmp/bench-run.json | tee -a "$OUT"
+		sed -e "s/}\$/,\"round\":$r,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
+			-e "s/\"mode\":\"$base\"/\"mode\":\"$m\"/" /tmp/bench-run.json | tee -a "$OUT"
 	done
 done
 # With --profile: one more run of every mode with the receiver's CPU

@@ -3,7 +3,7 @@
 
 //! zcrx-bench: one TCP flow, received four ways, measured the same way.
 //!
-//!   receiver: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P
+//!   receiver: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P
 //!                        [--dev IFNAME --queue N] [--cpu C] [-4|-6] [--json]
 //!   sender:   zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]
 //!   summary:  zcrx-bench --report RESULTS.jsonl
@@ -41,6 +41,10 @@ enum Mode {
     Trunc,
     IouringZcrx,
     ZcrxRs,
+    /// zcrx-rs bound and unbound again before the flow starts: RECV copies
+    /// every byte into the area (the copy fallback, with its per-call
+    /// budget and the refill ring drained by RECV itself).
+    ZcrxRsCopy,
 }
 
 impl Mode {
@@ -50,6 +54,7 @@ impl Mode {
             "trunc" => Mode::Trunc,
             "iouring-zcrx" => Mode::IouringZcrx,
             "zcrx-rs" => Mode::ZcrxRs,
+            "zcrx-rs-copy" => Mode::ZcrxRsCopy,
             _ => return None,
         })
     }
@@ -60,6 +65,7 @@ impl Mode {
             Mode::Trunc => "trunc",
             Mode::IouringZcrx => "iouring-zcrx",
             Mode::ZcrxRs => "zcrx-rs",
+            Mode::ZcrxRsCopy => "zcrx-rs-copy",
         }
     }
 }
@@ -81,7 +87,7 @@ struct Opts {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
+        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
          \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]\n\
          \x20      zcrx-bench --report RESULTS.jsonl"
     );
@@ -227,6 +233,13 @@ fn server(o: &Opts) {
             z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die("bind", e));
             zc = Some(z);
         }
+        Mode::ZcrxRsCopy => {
+            let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx", e));
+            z.register_area(area).unwrap_or_else(|e| die("register area", e));
+            z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die("bind", e));
+            z.unbind().unwrap_or_else(|e| die("unbind", e));
+            zc = Some(z);
+        }
         Mode::IouringZcrx => {
             let bufs = (area / zcrx::dev::page_size()) as u32;
             ring = Some(uring::ZcrxRing::new(ifindex(&o.dev), o.queue, area, bufs).unwrap_or_else(|e| die("io_uring zcrx", e)));
@@ -275,8 +288,8 @@ fn server(o: &Opts) {
                 total += n as u64;
             }
         }
-        Mode::ZcrxRs => {
-            let z = zc.as_mut().expect("bound above");
+        Mode::ZcrxRs | Mode::ZcrxRsCopy => {
+            let z = zc.as_mut().expect("set up above");
             let mut recs = vec![Rec::default(); 1024];
             loop {
                 calls += 1;

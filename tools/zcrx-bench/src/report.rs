@@ -38,7 +38,7 @@ fn spread(v: &[f64], prec: usize) -> String {
     format!("{:.prec$} ({lo:.prec$}-{hi:.prec$})", median(v.to_vec()))
 }
 
-const MODES: [&str; 4] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs"];
+const MODES: [&str; 5] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs", "zcrx-rs-copy"];
 
 /// Prints the table for the runs in `path` and writes `path.summary.json`.
 pub fn report(path: &str) -> Result<(), String> {
@@ -48,7 +48,17 @@ pub fn report(path: &str) -> Result<(), String> {
     let mut med: BTreeMap<&str, (f64, f64, f64, usize)> = BTreeMap::new();
     println!("| mode | runs | throughput (Gbit/s): median (min-max) | receiver CPU per GiB (s): median (min-max) | zero-copy share |");
     println!("|---|---|---|---|---|");
-    for m in MODES {
+    // The known modes in their order, then any others (`M@b`: mode M with
+    // a second module build) in the order they first ran.
+    let mut modes: Vec<&str> = MODES.to_vec();
+    for r in &runs {
+        if let Some(m) = r.get("mode") {
+            if !modes.contains(&m.as_str()) {
+                modes.push(m.as_str());
+            }
+        }
+    }
+    for m in modes.iter().copied() {
         let rs: Vec<_> = runs.iter().filter(|r| r.get("mode").map(String::as_str) == Some(m)).collect();
         if rs.is_empty() {
             continue;
@@ -80,12 +90,20 @@ pub fn report(path: &str) -> Result<(), String> {
     };
     let g = |m: &str| med.get(m).map(|x| x.0);
     let c = |m: &str| med.get(m).map(|x| x.1);
-    let lines = [
-        ("throughput zcrx-rs / iouring-zcrx", ratio(g("zcrx-rs"), g("iouring-zcrx")), ">= 1.0"),
-        ("CPU/GiB zcrx-rs / iouring-zcrx", ratio(c("zcrx-rs"), c("iouring-zcrx")), "<= 1.0"),
-        ("CPU/GiB zcrx-rs / copy", ratio(c("zcrx-rs"), c("copy")), "<= 0.25"),
-        ("CPU/GiB zcrx-rs / trunc", ratio(c("zcrx-rs"), c("trunc")), "<= 1.5"),
+    let mut lines: Vec<(String, String, &str)> = vec![
+        ("throughput zcrx-rs / iouring-zcrx".into(), ratio(g("zcrx-rs"), g("iouring-zcrx")), ">= 1.0"),
+        ("CPU/GiB zcrx-rs / iouring-zcrx".into(), ratio(c("zcrx-rs"), c("iouring-zcrx")), "<= 1.0"),
+        ("CPU/GiB zcrx-rs / copy".into(), ratio(c("zcrx-rs"), c("copy")), "<= 0.25"),
+        ("CPU/GiB zcrx-rs / trunc".into(), ratio(c("zcrx-rs"), c("trunc")), "<= 1.5"),
     ];
+    if med.contains_key("zcrx-rs-copy") {
+        lines.push(("CPU/GiB zcrx-rs-copy / copy".into(), ratio(c("zcrx-rs-copy"), c("copy")), "-"));
+    }
+    for m in modes.iter().copied().filter(|m| m.ends_with("@b")) {
+        let a = m.trim_end_matches("@b");
+        lines.push((format!("throughput {m} / {a}"), ratio(g(m), g(a)), "-"));
+        lines.push((format!("CPU/GiB {m} / {a}"), ratio(c(m), c(a)), "-"));
+    }
     println!();
     println!("| ratio (medians, same run) | value | target |");
     println!("|---|---|---|");
