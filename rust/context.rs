@@ -163,6 +163,13 @@ impl Context {
             }
             (inner.area.clone().ok_or(EINVAL)?, inner.zcrx.clone())
         };
+        if let Some(old) = &old {
+            // Buffers the user gave back on the old ring since UNBIND go
+            // home first: the old binding's pools can then finish, and with
+            // them the area's mapping for their device (a BIND to another
+            // device answers EBUSY until then).
+            old.drain_refill();
+        }
         let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
         req.rq_entries = entries;
         req.offsets = zcrx_rs_ring_offsets {
@@ -191,7 +198,7 @@ impl Context {
             return Err(e);
         }
         if let Some(old) = old {
-            // Entries the user put on the old ring before binding again.
+            // Entries the user put on the old ring while binding.
             old.drain_refill();
         }
         Ok(0)

@@ -321,10 +321,8 @@ impl MemoryProvider for Zcrx {
     fn destroy(this: ArcBorrow<'_, Self>) {
         GLOBAL.pools.sub(1);
         // The last pool of an unbound binding may have held the last
-        // attached buffers: unmap if nothing uses the mapping now.
-        if !this.is_bound() {
-            this.area.unmap_idle();
-        }
+        // attached buffers: unmap if no share and no buffer uses the mapping.
+        this.area.unmap_idle();
     }
 
     fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>) {

@@ -363,6 +363,9 @@ impl<T: MemoryProvider> Binding<T> {
     /// still bound.
     pub(crate) fn uninstalled(self, token: &Uninstall<'_>) -> core::result::Result<(), Self> {
         if token.mp_priv != Arc::as_ptr(&self.this) as usize {
+            // The trampoline marked the slot for the uninstall it names,
+            // which is not this binding's: this one stays bound.
+            self.this.binding_slot().0.store(SLOT_BOUND, Release);
             return Err(self);
         }
         self.this.binding_slot().0.store(SLOT_FREE, Release);
@@ -382,6 +385,9 @@ impl<T: MemoryProvider> Drop for Binding<T> {
         let dev = self.dev.lock();
         // Under the device's lock, which `uninstall` runs under too: either
         // it ran (and the core cleared the queue) or it will not for us.
+        // For a leased queue `uninstall` holds only the physical device's
+        // lock; then the close below may race with it, and the core's close
+        // returns early in either order (the queue is unregistering).
         if slot.load(Acquire) != SLOT_UNINSTALLED {
             let p = params(self.ops, &self.this);
             // The binding's own parameters (type invariant); afterwards the

@@ -439,8 +439,9 @@ fn bind_when_free(z: Zcrx, ns: &'static str, ifindex: u32) -> Result<(Zcrx, u32)
 
 /// After UNBIND the area can serve another device: the earlier binding's
 /// DMA share is given back at UNBIND (with the refill ring drained), and
-/// the mapping goes once its last pool is gone. Device A with traffic,
-/// then device B, then A again, all through one context and one area.
+/// the mapping goes once its last pool is gone. Device A with traffic (a
+/// few buffers held across UNBIND and given back through the old ring
+/// after it), then device B, then A again, one context and one area.
 fn bind_other_device_after_unbind(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
@@ -459,9 +460,22 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
         z.bind(a_idx, 0, 0).map_err(|e| format!("BIND A: {e}"))?;
         let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
-        let got = receive_from(&mut z, &s, &p2, 0, None)?;
+        // Hold the first records' buffers across UNBIND.
+        let mut recs = vec![Rec::default(); 8];
+        let first = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("first RECV: {e}"))?;
+        let mut off = 0u64;
+        for r in &recs[..first.records] {
+            if let Some(bad) = p2.check(off, z.data(r)) {
+                return Err(format!("payload mismatch at {bad}"));
+            }
+            off += u64::from(r.len);
+        }
+        let mut got = receive_from(&mut z, &s, &p2, off, None)?;
+        got.bytes += off;
         drop(s);
         z.unbind().map_err(|e| format!("UNBIND A: {e}"))?;
+        // Give them back through the old ring: the next BIND takes them.
+        z.refill(&recs[..first.records]).map_err(|e| format!("refill after UNBIND: {e}"))?;
         Ok((z, got))
     });
     let tx = crate::net::sender(addr_a(true, port), bytes, pat, 0);
