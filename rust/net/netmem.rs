@@ -350,7 +350,8 @@ impl NetIovArea {
             // is live (the batch borrows it) and, as the batch is only made
             // in its `alloc_netmems` callback, running in its context.
             // INVARIANT: attached, with the one reference the pool gives
-            // it, and in the pool's cache below: a pool buffer.
+            // it, and in the batch below (the pool's cache at `finish`):
+            // a pool buffer.
             unsafe { bindings::net_mp_niov_set_page_pool(batch.pool().as_raw(), self.niov(i)) };
             self.attached
                 .store(self.attached.load(Relaxed) + 1, Relaxed);
