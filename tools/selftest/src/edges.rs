@@ -693,7 +693,7 @@ fn taken_over(env: &Env, how: Taker) -> Outcome {
 /// everything down releases every buffer.
 fn ktls_on_zero_copy_queue(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
-    let n = tryo!(Nsim::up_steered(1, None));
+    let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let a_idx = n.a_idx;
     let total = 1u64 << 20;
@@ -763,7 +763,7 @@ fn ktls_on_zero_copy_queue(env: &Env) -> Outcome {
 /// cipher pages that do not exist.
 fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
-    let n = tryo!(Nsim::up_steered(1, None));
+    let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let a_idx = n.a_idx;
     // TLS 1.3: ciphertext, the inner content type, the 16-byte tag.
