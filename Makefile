@@ -49,7 +49,7 @@ kernel: toolchain
 	@$(TOP)/scripts/kernel.sh --flavour $(FLAVOUR)
 
 module: kernel
-	@$(TOP)/scripts/stage.sh module $(KMAKE) --no-print-directory -s ZCRX_KUNIT=1 modules
+	@$(TOP)/scripts/stage.sh --lock build-$(FLAVOUR) module $(KMAKE) --no-print-directory -s ZCRX_KUNIT=1 modules
 	@echo "==> module: $(KO)"
 
 # The kernel tree's own io_uring zcrx selftest program (the baseline), and
@@ -63,13 +63,15 @@ rust-analyzer: kernel
 	@ln -sf $(MODOUT)/rust-project.json $(TOP)/rust-project.json 2>/dev/null || true
 
 tools: toolchain
-	@$(TOP)/scripts/stage.sh tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
+	@$(TOP)/scripts/stage.sh --lock tools tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
 
 # All tests: host tests, the full suite on the fast kernel, then the
 # reliability suite on the debug kernel (KASAN, lockdep, kmemleak).
-check: module iou-zcrx tools
-	@$(MAKE) --no-print-directory FLAVOUR=debug module iou-zcrx
-	@$(TOP)/scripts/check.sh --flavour fast --debug
+# scripts/check.sh --build does the builds itself: the fast kernel at nice 19
+# while the debug kernel builds and the debug suite runs (a TCG guest leaves
+# half the CPU idle), then the host checks and the fast suite.
+check: toolchain
+	@$(TOP)/scripts/check.sh --build --flavour fast --debug
 
 # Only the fast kernel (no debug kernel build): for quick iterations.
 check-fast: module iou-zcrx tools

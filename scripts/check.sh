@@ -8,25 +8,36 @@ set -uo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/check.sh [--flavour fast|debug] [--debug] [--timeout SECONDS]
+usage: scripts/check.sh [--flavour fast|debug] [--debug | --debug-only] [--build] [--timeout SECONDS]
 
-Expects the kernel(s), module(s), iou-zcrx and tools built (make check does that).
+Expects the kernel(s), module(s), iou-zcrx and tools built, unless --build
+(make check): then it builds them itself, overlapping builds with tests. A
+TCG guest leaves about half of the two cores idle (timers, a flow at a time),
+so the FLAVOUR kernel builds at nice 19 while the debug kernel builds and the
+debug suite runs, then the host checks and the FLAVOUR suite run; a nice-19
+build does not slow a guest (measured: the fast suite 188 s with two nice-19
+CPU hogs, 190 s without). Two VMs at once do (2.5-6x per test, vCPUs
+preempted), so the suites run one after the other.
   1. host: cargo test of tools/ (includes the uAPI layout test against gcc),
      the generated uAPI file up to date, checkpatch --strict of the series,
      the module rustfmt-clean with the kernel's .rustfmt.toml and free of
      clippy warnings (make CLIPPY=1, test and plain builds)
   2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
   3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
-     injection): KUnit + the selftest, streams scaled down (16 MiB big stream, others /8)
+     injection): KUnit + the selftest, streams scaled down (16 MiB big
+     stream, others /8). It runs first: its 10 min are when the FLAVOUR
+     kernel gets built. --debug-only: this suite alone.
 The guest kernel logs are scanned for splats (scripts/vm.sh).
 Results: \$ZCRX_CACHE/build/FLAVOUR/check/
 USAGE
 }
-flavour=fast timeout=2400 debug=
+flavour=fast timeout=2400 debug= build= first=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--flavour|--flavor) flavour=$2; shift ;;
 	--debug) debug=1 ;;
+	--build) build=1 ;;
+	--debug-only) debug=1 first= ;;
 	--timeout) timeout=$2; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -92,36 +103,39 @@ module_clippy() {
 }
 
 # 1. host
-stage_begin host-tests
-cargo test --release --quiet --manifest-path "$ZCRX_TOP/tools/Cargo.toml" > "$OUT/host-tests.log" 2>&1
-rc=$?
-grep -E '^test result|FAILED|panicked' "$OUT/host-tests.log"
-hp=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\1/p' "$OUT/host-tests.log" | paste -sd+ | bc)
-hf=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\2/p' "$OUT/host-tests.log" | paste -sd+ | bc)
-hp=${hp:-0} hf=${hf:-0}
-if [ $rc -ne 0 ] && [ "$hf" -eq 0 ]; then hf=1; tail -30 "$OUT/host-tests.log"; fi
-pass=$((pass + hp)) fail=$((fail + hf))
-[ "$hf" -eq 0 ] || bad="$bad host-tests"
-host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
-host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
-host_check module-rustfmt-kernel-style module_rustfmt
-host_check module-clippy-clean module_clippy
-host_check module-unsafe-only-in-net-mm module_layering
-lines="host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy and layering checks"
-stage_end
+host_checks() {
+	stage_begin host-tests
+	cargo test --release --quiet --manifest-path "$ZCRX_TOP/tools/Cargo.toml" > "$OUT/host-tests.log" 2>&1
+	local rc=$? hp hf
+	grep -E '^test result|FAILED|panicked' "$OUT/host-tests.log"
+	hp=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\1/p' "$OUT/host-tests.log" | paste -sd+ | bc)
+	hf=$(sed -n 's/^test result: .* \([0-9]\+\) passed; \([0-9]\+\) failed.*/\2/p' "$OUT/host-tests.log" | paste -sd+ | bc)
+	hp=${hp:-0} hf=${hf:-0}
+	if [ $rc -ne 0 ] && [ "$hf" -eq 0 ]; then hf=1; tail -30 "$OUT/host-tests.log"; fi
+	pass=$((pass + hp)) fail=$((fail + hf))
+	[ "$hf" -eq 0 ] || bad="$bad host-tests"
+	host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
+	host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
+	host_check module-rustfmt-kernel-style module_rustfmt
+	host_check module-clippy-clean module_clippy
+	host_check module-unsafe-only-in-net-mm module_layering
+	lines="$lines
+host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy and layering checks"
+	stage_end
+}
 
 # 2./3. a VM suite: count every ok/not ok line of the guest's KTAP.
 vm_suite() {
 	local fl=$1 name=$2; shift 2
-	local log="$(build_dir "$fl")/check/$name.log"
+	local log vrc vp vs vf
+	log="$(build_dir "$fl")/check/$name.log"
 	mkdir -p "$(dirname "$log")"
 	stage_begin "vm-$name"
 	"$ZCRX_TOP/scripts/vm.sh" --flavour "$fl" --name "$name" --timeout "$timeout" \
 		--append "kunit.enable=1 kunit.autorun=1" -- \
 		env SELFTEST_ARGS="$*" bash "$ZCRX_TOP/scripts/guest-tests.sh" | tee "$log"
-	local vrc=${PIPESTATUS[0]}
+	vrc=${PIPESTATUS[0]}
 	stage_end
-	local vp vs vf
 	vp=$(grep -E -c '^ok [0-9]+ ' "$log")
 	vs=$(grep -E -c '^ok [0-9]+ .*# SKIP' "$log")
 	vf=$(grep -E -c '^not ok [0-9]+ ' "$log")
@@ -139,14 +153,59 @@ vm_suite() {
 $name ($fl kernel): $vp passed/$vf failed/$vs skipped"
 }
 
-vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --soak-seconds 30
+# A build that failed counts as one failure; the suites that need it do not run.
+build_failed() {
+	fail=$((fail + 1)); bad="$bad build-$1"
+	lines="$lines
+$1: build FAILED${2:+ (log: $2)}"
+}
+
+# 0. builds (--build). The FLAVOUR kernel goes first into the background at
+# nice 19: it takes what the debug build and the debug suite leave idle.
+fbuild= flog=$B/build-check.log
+if [ -n "$build" ]; then
+	# Unpacked and patched before anything builds from it (toolchain.sh
+	# usually did this already): the builds then share the tree.
+	"$ZCRX_TOP/scripts/kernel.sh" --flavour "$flavour" source || die "kernel tree set-up failed"
+	if [ -n "$first" ]; then
+		mkdir -p "$B"
+		msg "building the $flavour kernel, module and iou-zcrx at nice 19 in the background (log: $flog)"
+		# Its own process group: stopped with everything under it if this
+		# script ends first (a failure, ^C).
+		setsid nice -n 19 make -C "$ZCRX_TOP" --no-print-directory FLAVOUR="$flavour" \
+			module iou-zcrx > "$flog" 2>&1 < /dev/null &
+		fbuild=$!
+		trap '[ -z "$fbuild" ] || kill -- -"$fbuild" 2>/dev/null' EXIT
+	fi
+	make -C "$ZCRX_TOP" --no-print-directory tools || die "building the tools failed (above)"
+	if [ -n "$debug" ] && ! make -C "$ZCRX_TOP" --no-print-directory FLAVOUR=debug module iou-zcrx; then
+		build_failed debug; debug=
+	fi
+fi
+
 if [ -n "$debug" ]; then
 	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 60
 fi
 
+if [ -n "$first" ]; then
+	if [ -n "$fbuild" ]; then
+		msg "waiting for the $flavour kernel build (log: $flog)"
+		tail -n +1 -f --pid="$fbuild" "$flog" 2>/dev/null | grep --line-buffered -E '^==> (kernel build|stage)'
+		if ! wait "$fbuild"; then
+			tail -30 "$flog" | sed 's/^/# /'
+			build_failed "$flavour" "$flog"; first=
+		fi
+		fbuild=
+	fi
+fi
+if [ -n "$first" ]; then
+	host_checks
+	vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --soak-seconds 30
+fi
+
 echo
 echo "==> summary:"
-echo "$lines" | sed 's/^/    /'
+echo "$lines" | sed '/^$/d; s/^/    /'
 [ -z "$bad" ] || echo "==> FAILED:$bad (logs in $OUT, $(build_dir debug)/check and build/*/vm-logs)"
 echo "$pass passed, $fail failed"
 [ -z "$bad" ]

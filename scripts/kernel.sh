@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -f "$ZCRX_TOP/scripts/config/$flavour.config" ] || die "unknown flavour '$flavour' (fast or debug)"
-case " $steps " in *" print-dir "*) ;; *) cache_lock ;; esac
+case " $steps " in *" print-dir "*) ;; *) cache_lock "build-$flavour"; source_lock shared ;; esac
 steps=${steps:-"source config build"}
 
 SRC=$ZCRX_CACHE/linux/src
@@ -55,6 +55,25 @@ do_source() {
 	local debver tarball sh head_sh
 	debver=$(cat "$ZCRX_CACHE/linux/deb-version" 2>/dev/null) ||
 		die "linux-source-7.2 is not downloaded; run scripts/toolchain.sh"
+	# Checked under the shared lock (another flavour may be building from
+	# the tree); only a tree that must change takes it exclusively.
+	if source_current "$debver"; then
+		msg "kernel source up to date (linux $debver + series $(series_hash))"
+		return
+	fi
+	source_lock exclusive
+	do_source_locked "$debver"
+	source_lock shared
+}
+
+source_current() {
+	[ "$(cat "$SRC/.git/zcrx-deb-version" 2>/dev/null)" = "$1" ] || return 1
+	[ "$(git_src log -1 --format=%s HEAD 2>/dev/null | sed -n 's/^zcrx-rs series //p')" = "$(series_hash)" ] &&
+		[ -z "$force" ] && git_src diff --quiet HEAD
+}
+
+do_source_locked() {
+	local debver=$1 tarball sh head_sh
 	tarball=$(ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* | head -1)
 	if [ "$(cat "$SRC/.git/zcrx-deb-version" 2>/dev/null)" != "$debver" ]; then
 		stage_begin kernel-unpack
@@ -149,7 +168,7 @@ do_build() {
 	( while sleep 60; do
 		printf '==> kernel build (%s): %s objects so far\n' "$flavour" \
 			"$(grep -c -E '^  (CC|RUSTC)' "$B/build.log" 2>/dev/null || echo 0)" >&2
-	  done ) 9>&- &   # not the build lock: an orphaned sleep would hold it
+	  done ) 8>&- 9>&- &   # not the locks: an orphaned sleep would hold them
 	local ticker=$!
 	local rc=0
 	make -C "$SRC" O="$B" -j"$jobs" bzImage modules > "$B/build.log" 2>&1 || rc=$?

@@ -43,16 +43,31 @@ stage_end() {
 	msg "stage $_stage_name done in ${dt}s"
 }
 
-# Serialises the builds of one cache (kernel tree, kernel, module, tools):
-# two at once corrupt each other's objects (seen: "fixdep: error opening
-# file: io_uring/.kbuf.o.d"). The lock is held until the calling script
-# exits; a second build waits for it and says so.
+# Locks on the cache, held until the calling script exits:
+#  - one per output directory (build-fast, build-debug, tools, toolchain):
+#    two builds into one directory corrupt each other (seen: "fixdep: error
+#    opening file: io_uring/.kbuf.o.d"); a second build waits and says so.
+#    Builds into different directories (the fast and the debug kernel) may
+#    run at once: make check builds the debug kernel while the fast suite runs.
+#  - source.lock on the shared kernel tree: shared while a build reads it,
+#    exclusive while scripts/kernel.sh unpacks or patches it.
 cache_lock() {
+	local name=${1:?cache_lock needs a name}
 	mkdir -p "$ZCRX_CACHE"
-	exec 9>"$ZCRX_CACHE/build.lock"
+	exec 9>"$ZCRX_CACHE/$name.lock"
 	if ! flock -n 9; then
-		msg "another build is using $ZCRX_CACHE; waiting for it (build.lock)"
+		msg "another build is using $ZCRX_CACHE ($name.lock); waiting for it"
 		flock 9
+	fi
+}
+source_lock() {
+	local mode=-s
+	[ "${1:?source_lock shared|exclusive}" = exclusive ] && mode=-x
+	mkdir -p "$ZCRX_CACHE"
+	[ -n "${_source_lock_open:-}" ] || { exec 8>"$ZCRX_CACHE/source.lock"; _source_lock_open=1; }
+	if ! flock -n $mode 8; then
+		msg "waiting for the kernel tree (source.lock, $1)"
+		flock $mode 8
 	fi
 }
 

@@ -31,8 +31,9 @@ USAGE
 [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] && { usage; exit 0; }
 [ $# -eq 0 ] || { usage >&2; exit 2; }
 
-stage_begin toolchain
 mkdir -p "$ZCRX_CACHE"
+cache_lock toolchain
+stage_begin toolchain
 
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -134,6 +135,15 @@ fi
 ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* >/dev/null 2>&1 ||
 	die "linux-source-7.2 unpacked, but no usr/src/linux-source-7.2.tar.* inside"
 
+# The kernel tree is unpacked (~1 min, mostly one core) while bindgen
+# compiles below: on a fresh machine the two overlap.
+unpack_pid=
+if [ "$(cat "$ZCRX_CACHE/linux/src/.git/zcrx-deb-version" 2>/dev/null)" != "$(cat "$ZCRX_CACHE/linux/deb-version")" ]; then
+	msg "unpacking the kernel tree in the background (log: $ZCRX_CACHE/linux/unpack.log)"
+	"$ZCRX_TOP/scripts/kernel.sh" --flavour fast source > "$ZCRX_CACHE/linux/unpack.log" 2>&1 9>&- &
+	unpack_pid=$!
+fi
+
 # --- 3c. liburing-dev (for the kernel's iou-zcrx selftest program) ---------
 if [ ! -e "$ZCRX_CACHE/liburing/.unpacked" ]; then
 	avail=$(versions_of liburing-dev)
@@ -164,5 +174,8 @@ if [ "$("$VENV/bin/vng" --version 2>/dev/null | awk '{print $2}')" != "$VIRTME_N
 		die "pip install virtme-ng==$VIRTME_NG_VERSION failed (needs PyPI)"
 fi
 
+if [ -n "$unpack_pid" ] && ! wait "$unpack_pid"; then
+	warn "unpacking the kernel tree failed (log: $ZCRX_CACHE/linux/unpack.log); scripts/kernel.sh will retry"
+fi
 stage_end
 msg "toolchain ready: rustc $rustc_ver, rust-src $lib, bindgen $(bindgen --version | awk '{print $2}'), vng $("$VENV/bin/vng" --version | awk '{print $2}')"
