@@ -49,7 +49,7 @@ steps=${steps:-"source config build"}
 SRC=$ZCRX_CACHE/linux/src
 B=$(build_dir "$flavour")
 PATCHES=$ZCRX_TOP/scripts/patches
-git_src() { git -C "$SRC" -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@"; }
+git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
 
 do_source() {
 	local debver tarball sh head_sh
