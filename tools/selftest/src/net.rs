@@ -368,7 +368,12 @@ pub fn with_receiver<T: Send + 'static>(
     v6: bool,
     body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
 ) -> JoinHandle<Result<T, String>> {
-    in_netns(NS_A, move || {
+    // Returns once the receiver listens (or failed before): what the caller
+    // does next (inject faults, restart the queue) must not race with the
+    // set-up. Seen: 2% of atomic allocations failing made listen() fail
+    // with EADDRINUSE (the port's bind bucket could not be allocated).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let h = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| format!("open /dev/zcrx: {e}"))?;
         z.register_area(area_bytes).map_err(|e| format!("register area: {e}"))?;
         z.bind(a_idx, rxq, 0).map_err(|e| format!("bind queue {rxq}: {e}"))?;
@@ -378,8 +383,14 @@ pub fn with_receiver<T: Send + 'static>(
             (std::net::Ipv4Addr::UNSPECIFIED, port).into()
         };
         let l = TcpListener::bind(any).map_err(|e| format!("listen: {e}"))?;
+        // The caller may have stopped waiting only if it panicked.
+        let _ = ready_tx.send(());
         body(&mut z, l)
-    })
+    });
+    // An error (the sender dropped unsent) means the thread failed before
+    // listening; joining `h` reports why.
+    let _ = ready_rx.recv();
+    h
 }
 
 /// Non-blocking receive flag, re-exported for tests.
