@@ -14,10 +14,11 @@ Expects the kernel(s), module(s), iou-zcrx and tools built, unless --build
 (make check): then it builds them itself, overlapping builds with tests. A
 TCG guest leaves about half of the two cores idle (timers, a flow at a time),
 so the FLAVOUR kernel builds at nice 19 while the debug kernel builds and the
-debug suite runs, then the host checks and the FLAVOUR suite run; a nice-19
-build does not slow a guest (measured: the fast suite 188 s with two nice-19
-CPU hogs, 190 s without). Two VMs at once do (2.5-6x per test, vCPUs
-preempted), so the suites run one after the other.
+debug suite runs, then the host checks and the FLAVOUR suite run. Measured:
+two nice-19 CPU hogs left the fast suite at 188 s (190 s alone) and got 61%
+of the CPU; the nice-19 kernel build slowed the debug suite from 597 s to
+704 s (caches, memory). Two VMs at once are far worse (each test 2.5-6x
+slower, vCPU threads preempted), so the suites run one after the other.
   1. host: cargo test of tools/ (includes the uAPI layout test against gcc),
      the generated uAPI file up to date, checkpatch --strict of the series,
      the module rustfmt-clean with the kernel's .rustfmt.toml and free of
@@ -166,7 +167,9 @@ fbuild= flog=$B/build-check.log
 if [ -n "$build" ]; then
 	# Unpacked and patched before anything builds from it (toolchain.sh
 	# usually did this already): the builds then share the tree.
-	"$ZCRX_TOP/scripts/kernel.sh" --flavour "$flavour" source || die "kernel tree set-up failed"
+	if ! "$ZCRX_TOP/scripts/kernel.sh" --flavour "$flavour" source; then
+		build_failed kernel-tree; first= debug=
+	fi
 	if [ -n "$first" ]; then
 		mkdir -p "$B"
 		msg "building the $flavour kernel, module and iou-zcrx at nice 19 in the background (log: $flog)"
@@ -175,15 +178,21 @@ if [ -n "$build" ]; then
 		# session is a new scheduler autogroup, which gets its fair half of
 		# the CPU whatever its nice value (seen: the nice-19 build going
 		# faster than the debug one).
+		# Its exit status goes to $flog.rc: no waiting on a PID that a
+		# later process may reuse. -o toolchain: make check ran it already
+		# (it rewrites files the builds read).
+		rm -f "$flog.rc"
 		set -m
-		nice -n 19 make -C "$ZCRX_TOP" --no-print-directory FLAVOUR="$flavour" \
-			module iou-zcrx > "$flog" 2>&1 < /dev/null &
+		( nice -n 19 make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$flavour" \
+			module iou-zcrx > "$flog" 2>&1 < /dev/null; echo $? > "$flog.rc" ) &
 		fbuild=$!
 		set +m
-		trap '[ -z "$fbuild" ] || kill -- -"$fbuild" 2>/dev/null' EXIT
+		trap '[ -z "$fbuild" ] || [ -e "$flog.rc" ] || kill -- -"$fbuild" 2>/dev/null' EXIT
 	fi
-	make -C "$ZCRX_TOP" --no-print-directory tools || die "building the tools failed (above)"
-	if [ -n "$debug" ] && ! make -C "$ZCRX_TOP" --no-print-directory FLAVOUR=debug module iou-zcrx; then
+	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain tools; then
+		build_failed tools; first= debug=
+	fi
+	if [ -n "$debug" ] && ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR=debug module iou-zcrx; then
 		build_failed debug; debug=
 	fi
 fi
@@ -195,8 +204,14 @@ fi
 if [ -n "$first" ]; then
 	if [ -n "$fbuild" ]; then
 		msg "waiting for the $flavour kernel build (log: $flog)"
-		tail -n +1 -f --pid="$fbuild" "$flog" 2>/dev/null | grep --line-buffered -E '^==> (kernel build|stage)'
-		if ! wait "$fbuild"; then
+		local_pat='^==> (kernel build|stage|another build|waiting for)'
+		shown=0
+		until [ -e "$flog.rc" ]; do
+			sleep 10
+			grep -E "$local_pat" "$flog" | tail -n +$((shown + 1))
+			shown=$(grep -cE "$local_pat" "$flog")
+		done
+		if [ "$(cat "$flog.rc")" != 0 ]; then
 			tail -30 "$flog" | sed 's/^/# /'
 			build_failed "$flavour" "$flog"; first=
 		fi

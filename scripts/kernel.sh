@@ -43,7 +43,12 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -f "$ZCRX_TOP/scripts/config/$flavour.config" ] || die "unknown flavour '$flavour' (fast or debug)"
-case " $steps " in *" print-dir "*) ;; *) cache_lock "build-$flavour"; source_lock shared ;; esac
+# `source` alone writes nothing into the build directory: no build lock.
+case " $steps " in
+*" print-dir "*) ;;
+"  source ") source_lock shared ;;
+*) cache_lock "build-$flavour"; source_lock shared ;;
+esac
 steps=${steps:-"source config build"}
 
 SRC=$ZCRX_CACHE/linux/src

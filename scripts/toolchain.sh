@@ -142,6 +142,7 @@ if [ "$(cat "$ZCRX_CACHE/linux/src/.git/zcrx-deb-version" 2>/dev/null)" != "$(ca
 	msg "unpacking the kernel tree in the background (log: $ZCRX_CACHE/linux/unpack.log)"
 	"$ZCRX_TOP/scripts/kernel.sh" --flavour fast source > "$ZCRX_CACHE/linux/unpack.log" 2>&1 9>&- &
 	unpack_pid=$!
+	trap '[ -z "$unpack_pid" ] || kill "$unpack_pid" 2>/dev/null' EXIT
 fi
 
 # --- 3c. liburing-dev (for the kernel's iou-zcrx selftest program) ---------
@@ -177,5 +178,6 @@ fi
 if [ -n "$unpack_pid" ] && ! wait "$unpack_pid"; then
 	warn "unpacking the kernel tree failed (log: $ZCRX_CACHE/linux/unpack.log); scripts/kernel.sh will retry"
 fi
+unpack_pid=
 stage_end
 msg "toolchain ready: rustc $rustc_ver, rust-src $lib, bindgen $(bindgen --version | awk '{print $2}'), vng $("$VENV/bin/vng" --version | awk '{print $2}')"
