@@ -204,12 +204,12 @@ fi
 if [ -n "$first" ]; then
 	if [ -n "$fbuild" ]; then
 		msg "waiting for the $flavour kernel build (log: $flog)"
-		local_pat='^==> (kernel build|stage|another build|waiting for)'
+		progress_pat='^==> (kernel build|stage|another build|waiting for)'
 		shown=0
 		until [ -e "$flog.rc" ]; do
 			sleep 10
-			grep -E "$local_pat" "$flog" | tail -n +$((shown + 1))
-			shown=$(grep -cE "$local_pat" "$flog")
+			grep -E "$progress_pat" "$flog" | tail -n +$((shown + 1))
+			shown=$(grep -cE "$progress_pat" "$flog")
 		done
 		if [ "$(cat "$flog.rc")" != 0 ]; then
 			tail -30 "$flog" | sed 's/^/# /'
