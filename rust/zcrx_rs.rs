@@ -54,6 +54,10 @@ module! {
     imports_ns: ["NETDEV_INTERNAL"],
 }
 
+// The file operations of `/dev/zcrx`, owned by this module: an open context
+// keeps the module loaded.
+kernel::misc_device_fops!(FOPS, Context);
+
 /// Module state: the registration of `/dev/zcrx`.
 #[pin_data(PinnedDrop)]
 struct ZcrxModule {
@@ -62,11 +66,11 @@ struct ZcrxModule {
 }
 
 impl kernel::InPlaceModule for ZcrxModule {
-    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         pr_info!("zcrx_rs {} loaded\n", VERSION);
         let options = MiscDeviceOptions { name: c"zcrx" };
         try_pin_init!(Self {
-            _miscdev <- MiscDeviceRegistration::register(options, module),
+            _miscdev <- MiscDeviceRegistration::register(options, &FOPS),
         })
     }
 }

@@ -26,6 +26,7 @@ mod faults;
 mod fuzz;
 mod lifecycle;
 mod net;
+mod nsim;
 mod stream;
 mod signed;
 mod soak;
@@ -80,6 +81,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(errors::TESTS);
     v.extend_from_slice(edges::TESTS);
     v.extend_from_slice(stream::TESTS);
+    v.extend_from_slice(nsim::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(faults::TESTS);

@@ -78,8 +78,64 @@ pub fn join<T>(h: JoinHandle<Result<T, String>>) -> Result<T, String> {
 pub struct HdsStats {
     pub dma_packets: u64,
     pub dma_bytes: u64,
+    /// Delivered whole and readable because the pool was empty; only with
+    /// the port's `hds_dry_fallback` debugfs knob set.
     pub fallback_packets: u64,
     pub fallback_bytes: u64,
+    /// Dropped because the pool was empty (by default, like hardware).
+    pub drop_no_buf: u64,
+    /// Dropped: more than MAX_SKB_FRAGS buffers needed.
+    pub drop_frags: u64,
+    /// Dropped: the emulated DMA failed.
+    pub drop_dma: u64,
+    /// Bad TCP checksum: delivered unsplit and unvalidated.
+    pub csum_bad: u64,
+}
+
+impl HdsStats {
+    /// Every counter of `self` minus `before`.
+    pub fn since(&self, before: &HdsStats) -> HdsStats {
+        HdsStats {
+            dma_packets: self.dma_packets - before.dma_packets,
+            dma_bytes: self.dma_bytes - before.dma_bytes,
+            fallback_packets: self.fallback_packets - before.fallback_packets,
+            fallback_bytes: self.fallback_bytes - before.fallback_bytes,
+            drop_no_buf: self.drop_no_buf - before.drop_no_buf,
+            drop_frags: self.drop_frags - before.drop_frags,
+            drop_dma: self.drop_dma - before.drop_dma,
+            csum_bad: self.csum_bad - before.csum_bad,
+        }
+    }
+}
+
+/// netdevsim's counters of rx queue `q` of device `id` (1: receiver), from
+/// any thread.
+pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
+    let path = format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_stats");
+    let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("queue {q} ")))
+        .ok_or(format!("{path}: no queue {q}"))?;
+    let v: Vec<&str> = line.split_whitespace().collect();
+    // A missing counter is an error, not a zero that passes every check.
+    let get = |k: &str| -> Result<u64, String> {
+        v.iter()
+            .position(|x| *x == k)
+            .and_then(|i| v.get(i + 1))
+            .and_then(|s| s.parse().ok())
+            .ok_or(format!("{path}: no counter {k} in {line:?} (netdevsim without our patches?)"))
+    };
+    Ok(HdsStats {
+        dma_packets: get("dma_packets")?,
+        dma_bytes: get("dma_bytes")?,
+        fallback_packets: get("fallback_packets")?,
+        fallback_bytes: get("fallback_bytes")?,
+        drop_no_buf: get("drop_no_buf")?,
+        drop_frags: get("drop_frags")?,
+        drop_dma: get("drop_dma")?,
+        csum_bad: get("csum_bad")?,
+    })
 }
 
 /// The linked pair.
@@ -199,22 +255,16 @@ impl Nsim {
 
     /// netdevsim's counters of rx queue `q` of device `id` (1: receiver).
     pub fn stats(&self, id: u32, q: u32) -> Result<HdsStats, String> {
-        let path = format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_stats");
-        let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("queue {q} ")))
-            .ok_or(format!("{path}: no queue {q}"))?;
-        let v: Vec<&str> = line.split_whitespace().collect();
-        let get = |k: &str| -> u64 {
-            v.iter().position(|x| *x == k).and_then(|i| v.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(0)
-        };
-        Ok(HdsStats {
-            dma_packets: get("dma_packets"),
-            dma_bytes: get("dma_bytes"),
-            fallback_packets: get("fallback_packets"),
-            fallback_bytes: get("fallback_bytes"),
-        })
+        hds_stats(id, q)
+    }
+
+    /// netdevsim's `hds_dry_fallback` on device `id`: when its pool is
+    /// empty, deliver packets whole and readable instead of dropping them.
+    pub fn dry_fallback(&self, id: u32, on: bool) -> Result<(), String> {
+        write_sys(
+            &format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_dry_fallback"),
+            if on { "1" } else { "0" },
+        )
     }
 
     /// Deletes netdevsim device `id` (its netdev is unregistered).
@@ -368,6 +418,20 @@ pub fn with_receiver<T: Send + 'static>(
     v6: bool,
     body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
 ) -> JoinHandle<Result<T, String>> {
+    with_receiver_rcvbuf(a_idx, rxq, area_bytes, port, v6, None, body)
+}
+
+/// [`with_receiver`] whose listener has `SO_RCVBUF` set to `rcvbuf` before
+/// anyone can connect (accepted sockets inherit it).
+pub fn with_receiver_rcvbuf<T: Send + 'static>(
+    a_idx: u32,
+    rxq: u32,
+    area_bytes: usize,
+    port: u16,
+    v6: bool,
+    rcvbuf: Option<i32>,
+    body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
+) -> JoinHandle<Result<T, String>> {
     // Returns once the receiver listens (or failed before): what the caller
     // does next (inject faults, restart the queue) must not race with the
     // set-up. Seen: 2% of atomic allocations failing made listen() fail
@@ -383,6 +447,9 @@ pub fn with_receiver<T: Send + 'static>(
             (std::net::Ipv4Addr::UNSPECIFIED, port).into()
         };
         let l = TcpListener::bind(any).map_err(|e| format!("listen: {e}"))?;
+        if let Some(b) = rcvbuf {
+            set_rcvbuf(l.as_raw_fd(), b)?;
+        }
         // The caller may have stopped waiting only if it panicked.
         let _ = ready_tx.send(());
         body(&mut z, l)
@@ -391,6 +458,24 @@ pub fn with_receiver<T: Send + 'static>(
     // listening; joining `h` reports why.
     let _ = ready_rx.recv();
     h
+}
+
+/// `SO_RCVBUF` of socket `fd` (the kernel doubles it).
+pub fn set_rcvbuf(fd: std::os::fd::RawFd, bytes: i32) -> Result<(), String> {
+    // SAFETY: a valid option pointer and length for SO_RCVBUF on `fd`.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(format!("SO_RCVBUF {bytes}: {}", io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// Non-blocking receive flag, re-exported for tests.

@@ -379,12 +379,7 @@ fn urgent_stream(
         return Err(format!("sent {sent} of {} bytes", plan.bytes));
     }
     let after = n.stats(1, q)?;
-    let d = HdsStats {
-        dma_packets: after.dma_packets - before.dma_packets,
-        dma_bytes: after.dma_bytes - before.dma_bytes,
-        fallback_packets: after.fallback_packets - before.fallback_packets,
-        fallback_bytes: after.fallback_bytes - before.fallback_bytes,
-    };
+    let d = after.since(&before);
     if rx.cpu > CPU_BOUND {
         return Err(format!("receiver used {:?} of CPU for {} (spinning?)", rx.cpu, mib(plan.bytes)));
     }

@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! netdevsim as a header-split NIC: what it does when its buffer pool is
+//! dry, with its checksum offload and with link-layer padding. The other
+//! tests take these for granted; a device model that cheats here would let
+//! them pass on behaviour no hardware has.
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::uapi::ZCRX_RS_REC_COPY;
+use zcrx::{Pattern, Rec};
+
+use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::net::{
+    self, addr_a, in_netns, join, receive_from, sender, with_receiver, with_receiver_rcvbuf, Nsim, DONTWAIT, NS_A, NS_B,
+};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("dry_pool_drops_then_recovers", dry_pool_drops_then_recovers),
+    ("dry_pool_fallback_knob_copies", dry_pool_fallback_knob_copies),
+    ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
+];
+
+/// Waits until `cond` holds for netdevsim's counters of the receiver's
+/// queue 0; gives up after `limit` (a bound for a hang, not a deadline: the
+/// condition is met within milliseconds when things work).
+fn wait_stats(limit: Duration, what: &str, cond: impl Fn(&net::HdsStats) -> bool) -> Result<net::HdsStats, String> {
+    let t0 = Instant::now();
+    loop {
+        let st = net::hds_stats(1, 0)?;
+        if cond(&st) {
+            return Ok(st);
+        }
+        if t0.elapsed() > limit {
+            return Err(format!("{what}: not after {} s; netdevsim: {st:?}", limit.as_secs()));
+        }
+        sleep(Duration::from_millis(10));
+    }
+}
+
+/// `rx_dropped` of `dev` in namespace `ns` (/proc/net/dev of that netns).
+fn rx_dropped(ns: &'static str, dev: &str) -> Result<u64, String> {
+    let dev = format!("{dev}:");
+    join(in_netns(ns, move || {
+        let t = fs::read_to_string("/proc/thread-self/net/dev").map_err(|e| format!("/proc/net/dev: {e}"))?;
+        let l = t.lines().find(|l| l.trim_start().starts_with(&dev)).ok_or(format!("{dev} not in /proc/net/dev"))?;
+        // name: bytes packets errs drop ...
+        let v: Vec<&str> = l.split_whitespace().collect();
+        v.get(4).and_then(|s| s.parse().ok()).ok_or(format!("bad line {l:?}"))
+    }))
+}
+
+/// One stream into an area of 64 buffers whose receiver takes records but
+/// gives no buffer back until netdevsim's pool has run dry (drops, or with
+/// the knob set, readable deliveries), then receives the rest as usual.
+/// The socket's receive buffer is a quarter of the area (SO_RCVBUF is
+/// doubled): TCP's flow control alone would otherwise stop the sender
+/// before the pool is dry. Returns (rx, netdevsim delta, rx_dropped delta).
+fn stream_through_dry_pool(n: &Nsim, fallback: bool, port: u16) -> Result<(net::Rx, net::HdsStats, u64), String> {
+    n.dry_fallback(1, fallback)?;
+    let before = n.stats(1, 0)?;
+    let drops_before = rx_dropped(NS_A, &n.a)?;
+    let area = 64 * zcrx::dev::page_size();
+    // Each drop costs a retransmission timeout or two: keep it short.
+    let bytes = 4 << 20;
+    let pat = Arc::new(Pattern::new(u64::from(port)));
+    let p2 = pat.clone();
+    let rx = with_receiver_rcvbuf(n.a_idx, 0, area, port, true, Some(area as i32 / 4), move |z, l| {
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut recs = vec![Rec::default(); 64];
+        let (mut held, mut rx) = (Vec::new(), net::Rx::default());
+        let t0 = Instant::now();
+        loop {
+            let st = net::hds_stats(1, 0)?;
+            if st.drop_no_buf > before.drop_no_buf || st.fallback_packets > before.fallback_packets {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                return Err(format!("the pool never ran dry in 120 s: user holds {} buffers; {st:?}", held.len()));
+            }
+            match z.recv(s.as_raw_fd(), &mut recs, DONTWAIT) {
+                Ok(g) if g.records > 0 => {
+                    for r in &recs[..g.records] {
+                        if let Some(bad) = p2.check(rx.bytes, z.data(r)) {
+                            return Err(format!("payload mismatch at {bad}"));
+                        }
+                        rx.bytes += u64::from(r.len);
+                        if r.flags & ZCRX_RS_REC_COPY != 0 {
+                            rx.copy_bytes += u64::from(r.len);
+                        } else {
+                            rx.zc_bytes += u64::from(r.len);
+                        }
+                    }
+                    held.extend_from_slice(&recs[..g.records]);
+                }
+                Ok(_) => return Err(format!("EOF after {} bytes", rx.bytes)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
+                    sleep(Duration::from_millis(2))
+                }
+                Err(e) => return Err(format!("recv after {} bytes: {e}", rx.bytes)),
+            }
+        }
+        z.refill(&held).map_err(|e| format!("refill: {e}"))?;
+        let rest = receive_from(z, &s, &p2, rx.bytes, None)?;
+        rx.bytes += rest.bytes;
+        rx.zc_bytes += rest.zc_bytes;
+        rx.copy_bytes += rest.copy_bytes;
+        Ok(rx)
+    });
+    let sent = join(sender(addr_a(true, port), bytes, pat, 0));
+    let rx = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    let sent = sent.map_err(|e| format!("sender: {e}"))?;
+    if sent != bytes || rx.bytes != bytes {
+        return Err(format!("sent {sent}, received {} of {bytes} bytes", rx.bytes));
+    }
+    let d = n.stats(1, 0)?.since(&before);
+    let drops = rx_dropped(NS_A, &n.a)? - drops_before;
+    n.dry_fallback(1, false)?;
+    Ok((rx, d, drops))
+}
+
+fn dry_pool_drops_then_recovers(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let (rx, d, drops) = tryo!(stream_through_dry_pool(&n, false, 7320));
+    env.diag(&format!(
+        "receiver gave no buffer back: netdevsim dropped {} bursts (rx_dropped +{drops}), delivered {} unsplit; \
+         then {} byte-exact, zero-copy {} copied {}",
+        d.drop_no_buf,
+        d.fallback_packets,
+        mib(rx.bytes),
+        mib(rx.zc_bytes),
+        mib(rx.copy_bytes)
+    ));
+    if d.drop_no_buf == 0 || drops < d.drop_no_buf {
+        return Fail(format!("{} drops counted, rx_dropped +{drops}", d.drop_no_buf));
+    }
+    // What was dropped came back by retransmission, into buffers.
+    if rx.copy_bytes != 0 {
+        return Fail(format!("{} bytes copied", rx.copy_bytes));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+fn dry_pool_fallback_knob_copies(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let (rx, d, drops) = tryo!(stream_through_dry_pool(&n, true, 7321));
+    env.diag(&format!(
+        "hds_dry_fallback on, receiver gave no buffer back: netdevsim delivered {} packets ({}) unsplit, dropped {} \
+         (rx_dropped +{drops}); {} byte-exact, zero-copy {} copied {}",
+        d.fallback_packets,
+        mib(d.fallback_bytes),
+        d.drop_no_buf,
+        mib(rx.bytes),
+        mib(rx.zc_bytes),
+        mib(rx.copy_bytes)
+    ));
+    if d.fallback_packets == 0 || d.drop_no_buf != 0 {
+        return Fail("the knob did not turn drops into readable deliveries".into());
+    }
+    // The provider copies readable payload; every copied byte came in a
+    // packet netdevsim delivered unsplit (its length counts the headers).
+    if rx.copy_bytes == 0 || rx.copy_bytes > d.fallback_bytes {
+        return Fail(format!("{} bytes copied of {} delivered unsplit", rx.copy_bytes, d.fallback_bytes));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// The one's complement sum of `b` as 16-bit big-endian words, added to `s`.
+fn sum16(mut s: u32, b: &[u8]) -> u32 {
+    for c in b.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// An Ethernet frame with a TCP segment (ACK|PSH, `payload`) from the
+/// sender to the receiver's `dport`, its TCP checksum right or (`bad`)
+/// wrong, and `pad` bytes of link-layer padding after the IP datagram.
+fn tcp_frame(dst: [u8; 6], v6: bool, dport: u16, payload: &[u8], pad: usize, bad: bool) -> Vec<u8> {
+    let tcplen = 20 + payload.len();
+    let mut tcp = Vec::with_capacity(tcplen);
+    tcp.extend_from_slice(&40000u16.to_be_bytes());
+    tcp.extend_from_slice(&dport.to_be_bytes());
+    tcp.extend_from_slice(&1u32.to_be_bytes()); // seq
+    tcp.extend_from_slice(&1u32.to_be_bytes()); // ack
+    tcp.extend_from_slice(&[5 << 4, 0x18]); // doff 5, ACK|PSH
+    tcp.extend_from_slice(&1024u16.to_be_bytes()); // window
+    tcp.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
+    tcp.extend_from_slice(payload);
+    let (ip, mut pseudo): (Vec<u8>, u32) = if v6 {
+        let (src, dst6) = (
+            "2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap(),
+            "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap(),
+        );
+        let mut h = vec![0x60, 0, 0, 0];
+        h.extend_from_slice(&(tcplen as u16).to_be_bytes());
+        h.extend_from_slice(&[libc::IPPROTO_TCP as u8, 64]);
+        h.extend_from_slice(&src.octets());
+        h.extend_from_slice(&dst6.octets());
+        let s = sum16(sum16(0, &src.octets()), &dst6.octets());
+        (h, s + tcplen as u32 + libc::IPPROTO_TCP as u32)
+    } else {
+        let (src, dst4) = ([192u8, 0, 2, 2], [192u8, 0, 2, 1]);
+        let mut h = vec![0x45, 0];
+        h.extend_from_slice(&((20 + tcplen) as u16).to_be_bytes());
+        h.extend_from_slice(&[0, 0, 0x40, 0, 64, libc::IPPROTO_TCP as u8, 0, 0]);
+        h.extend_from_slice(&src);
+        h.extend_from_slice(&dst4);
+        let c = fold(sum16(0, &h));
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        (h, sum16(sum16(0, &src), &dst4) + tcplen as u32 + libc::IPPROTO_TCP as u32)
+    };
+    pseudo = sum16(pseudo, &tcp);
+    let mut c = fold(pseudo);
+    if bad {
+        c ^= 0x0101;
+    }
+    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f.extend_from_slice(&(if v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&tcp);
+    f.resize(f.len() + pad, 0xee);
+    f
+}
+
+/// Sends `frames` as they are from the sender's device (AF_PACKET: no
+/// checksum offload, the skbs are CHECKSUM_NONE).
+fn send_frames(ifindex: u32, frames: Vec<Vec<u8>>) -> Result<(), String> {
+    join(in_netns(NS_B, move || {
+        // SAFETY: plain socket creation; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        if fd < 0 {
+            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+        }
+        let mut r = Ok(());
+        for f in &frames {
+            // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sa.sll_family = libc::AF_PACKET as u16;
+            sa.sll_ifindex = ifindex as i32;
+            sa.sll_halen = 6;
+            sa.sll_addr[..6].copy_from_slice(&f[..6]);
+            // SAFETY: `f` and `sa` are valid for the lengths given.
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    f.as_ptr().cast(),
+                    f.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+                )
+            };
+            if n != f.len() as isize {
+                r = Err(format!("sendto: {}", std::io::Error::last_os_error()));
+                break;
+            }
+        }
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        r
+    }))
+}
+
+/// The receiver's MAC address (SIOCGIFHWADDR in its namespace).
+fn hwaddr(dev: &str) -> Result<[u8; 6], String> {
+    let dev = dev.to_string();
+    join(in_netns(NS_A, move || {
+        // SAFETY: ifreq is plain data; zeroed is a valid value.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in ifr.ifr_name.iter_mut().zip(dev.as_bytes().iter().take(15)) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: plain socket creation; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+        if fd < 0 {
+            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: SIOCGIFHWADDR reads the name and writes the address in `ifr`.
+        let r = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        if r != 0 {
+            return Err(format!("SIOCGIFHWADDR {dev}: {e}"));
+        }
+        // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+        let a = unsafe { ifr.ifr_ifru.ifru_hwaddr.sa_data };
+        Ok([a[0] as u8, a[1] as u8, a[2] as u8, a[3] as u8, a[4] as u8, a[5] as u8])
+    }))
+}
+
+/// TCP's InCsumErrors in the receiver's namespace.
+fn tcp_csum_errors() -> Result<u64, String> {
+    join(in_netns(NS_A, || {
+        let t = fs::read_to_string("/proc/thread-self/net/snmp").map_err(|e| format!("/proc/net/snmp: {e}"))?;
+        let mut tcp = t.lines().filter(|l| l.starts_with("Tcp:"));
+        let (names, vals) = (tcp.next().ok_or("no Tcp: line")?, tcp.next().ok_or("no Tcp: values")?);
+        let i = names.split_whitespace().position(|n| n == "InCsumErrors").ok_or("no InCsumErrors")?;
+        vals.split_whitespace().nth(i).and_then(|v| v.parse().ok()).ok_or_else(|| "bad Tcp: values".to_string())
+    }))
+}
+
+/// netdevsim verifies the TCP checksum of what the sender did not checksum
+/// (a raw frame: CHECKSUM_NONE) and DMAs the IP datagram's payload, not the
+/// padding after it: one good and one bad frame per family, 21 bytes of
+/// padding each, into the bound queue. All four are split and DMA'd to the
+/// byte, as a NIC does; the bad ones go up unvalidated (CHECKSUM_NONE), and
+/// the stack, which cannot sum payload in provider memory, must drop them
+/// as bad (InCsumErrors) without a warning (before the kernel fix it hit
+/// WARN_ON_ONCE in __skb_checksum(), which the log scan catches).
+fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let mac = tryo!(hwaddr(&n.a));
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    // A bound queue (the pool is the provider's); nobody listens on 7331.
+    let rx = with_receiver(n.a_idx, 0, 1 << 20, 7330, false, move |_z, _l| {
+        let _ = go_rx.recv();
+        Ok(())
+    });
+    let before = tryo!(n.stats(1, 0));
+    let csum_before = tryo!(tcp_csum_errors());
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    let mut frames = Vec::new();
+    for v6 in [false, true] {
+        frames.push(tcp_frame(mac, v6, 7331, &payload, 21, false));
+        frames.push(tcp_frame(mac, v6, 7331, &payload, 21, true));
+    }
+    let sent = send_frames(n.b_idx, frames);
+    let d = wait_stats(Duration::from_secs(60), "4 frames split", |st| st.dma_packets >= before.dma_packets + 4)
+    .map(|st| st.since(&before));
+    let _ = go_tx.send(());
+    tryo!(join(rx));
+    tryo!(sent);
+    let d = tryo!(d);
+    // The stack counts the bad ones when it gets them: poll for it.
+    let t0 = Instant::now();
+    let mut errs = tryo!(tcp_csum_errors()) - csum_before;
+    while errs < 2 && t0.elapsed() < Duration::from_secs(30) {
+        sleep(Duration::from_millis(20));
+        errs = tryo!(tcp_csum_errors()) - csum_before;
+    }
+    env.diag(&format!(
+        "4 raw frames of {} B payload + 21 B padding: netdevsim split {} and DMA'd {} B, found {} bad checksums; \
+         TCP InCsumErrors +{errs}",
+        payload.len(),
+        d.dma_packets,
+        d.dma_bytes,
+        d.csum_bad
+    ));
+    if d.dma_packets != 4 || d.dma_bytes != 4 * payload.len() as u64 {
+        return Fail(format!("expected 4 packets, {} B DMA'd (payload only)", 4 * payload.len()));
+    }
+    if d.csum_bad != 2 || errs != 2 {
+        return Fail("expected 2 bad checksums, found by netdevsim and dropped by TCP".into());
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
