@@ -196,6 +196,19 @@ fn main() {
     if unsafe { libc::geteuid() } != 0 {
         k.diag("not root: module and device tests need CAP_SYS_MODULE and CAP_NET_ADMIN");
     }
+    // Every receiver here follows the sizing rule (Documentation/zcrx-rs.rst,
+    // "Sizing the area"): its area holds more buffers than its sockets can.
+    // TCP charges each 4 KiB buffer in a socket's queues in full, so a socket
+    // holds up to tcp_rmem[2] / 4 KiB buffers; 7.2 lets it autotune to 32 MiB
+    // (13 MiB in a 2 GiB guest), more than the 16 MiB areas of several tests.
+    // With more, netdevsim's drops (dry pool) can leave the out-of-order
+    // queue holding every buffer while the segment that fills its hole finds
+    // none: the flow stalls for good (seen in soak_streams_restarts_rebinds).
+    // 4 MiB per socket keeps every test inside the rule.
+    match std::fs::write("/proc/sys/net/ipv4/tcp_rmem", "4096 131072 4194304") {
+        Ok(()) => k.diag("tcp_rmem 4096 131072 4194304: every area here exceeds what its sockets can hold"),
+        Err(e) => k.diag(&format!("cannot set tcp_rmem ({e}): small-area tests may stall")),
+    }
     for (name, f) in tests {
         let t0 = std::time::Instant::now();
         let o = f(&env);
