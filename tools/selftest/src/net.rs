@@ -370,6 +370,13 @@ pub fn receive_from(
         }
         let got = match z.recv(sock.as_raw_fd(), &mut recs, 0) {
             Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                // SO_RCVTIMEO ran out with nothing received: say where
+                // things stand, then keep waiting (the deadline above ends
+                // it).
+                eprintln!("# stall: nothing received for a while: {}", stall_report(z, sock, rx.bytes));
+                continue;
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 // Every buffer is in use (tiny area): we hold none, so they
                 // are in flight; wait for the stack to let go.
@@ -406,6 +413,62 @@ pub fn receive_from(
         z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
         rx.backlog_max = rx.backlog_max.max(z.refill_backlog() as u64);
     }
+}
+
+/// The kernel's view of a TCP socket, one line: state, retransmission and
+/// backoff, what is in flight.
+pub fn tcp_info_line(fd: &impl AsRawFd) -> String {
+    // SAFETY: all-zero is a valid tcp_info.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `ti` is writable for `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return format!("TCP_INFO: {}", io::Error::last_os_error());
+    }
+    format!(
+        "state {} ca {} rto {} ms backoff {} probes {} retransmits {} unacked {} lost {} retrans {} total_retrans {} \
+         cwnd {} rcv_space {} last_data_recv {} ms last_ack_recv {} ms",
+        ti.tcpi_state,
+        ti.tcpi_ca_state,
+        ti.tcpi_rto / 1000,
+        ti.tcpi_backoff,
+        ti.tcpi_probes,
+        ti.tcpi_retransmits,
+        ti.tcpi_unacked,
+        ti.tcpi_lost,
+        ti.tcpi_retrans,
+        ti.tcpi_total_retrans,
+        ti.tcpi_snd_cwnd,
+        ti.tcpi_rcv_space,
+        ti.tcpi_last_data_recv,
+        ti.tcpi_last_ack_recv
+    )
+}
+
+/// What a stalled receiver knows: its context's buffers and the socket.
+pub fn stall_report(z: &Zcrx, sock: &TcpStream, bytes: u64) -> String {
+    let st = match z.stats() {
+        Ok(s) => format!(
+            "area {} buffers, {} free, {} held by the user, alloc_fail {}, refill ok {} bad {}",
+            s.area_buffers, s.free_buffers, s.user_held, s.alloc_fail, s.refill_ok, s.refill_bad
+        ),
+        Err(e) => format!("STATS: {e}"),
+    };
+    format!(
+        "after {bytes} bytes: {st}; refill ring room {} backlog {}; socket: {}",
+        z.refill_room(),
+        z.refill_backlog(),
+        tcp_info_line(sock)
+    )
 }
 
 /// A receiver context in `nsa`: area of `area_bytes`, bound to `rxq`, and a

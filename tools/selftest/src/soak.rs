@@ -23,7 +23,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{Pattern, Zcrx};
 
 use crate::common::{ensure_loaded, mib, vm_pinned_kb, wait_idle};
-use crate::net::{addr_a, connect, in_netns, join, receive, Nsim, NS_A, NS_B};
+use crate::net::{addr_a, connect, in_netns, join, receive, tcp_info_line, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("soak_streams_restarts_rebinds", soak)];
@@ -38,8 +38,22 @@ struct Counts {
 }
 
 /// Takes one stream: accept, go byte, receive to the end byte-exact.
+/// The listener is non-blocking: a sender that gave up must not leave the
+/// receiver waiting for good. A stream that makes no progress for 10 s gets
+/// a stall report (the receive loop's `SO_RCVTIMEO` case).
 fn one(z: &mut Zcrx, l: &TcpListener, pat: &Pattern, c: &mut Counts) -> Result<(), String> {
-    let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let mut s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && t0.elapsed() < Duration::from_secs(120) => {
+                sleep(Duration::from_millis(20))
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    };
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
     let rx = receive(z, &s, pat, None)?;
     c.streams += 1;
@@ -78,6 +92,7 @@ fn soak(env: &Env) -> Outcome {
     let st = stop.clone();
     let rx = in_netns(NS_A, move || -> Result<Counts, String> {
         let l = TcpListener::bind(("::", port)).map_err(|e| e.to_string())?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
         let pat = Pattern::new(1);
         let mut c = Counts::default();
         let mut p = Zcrx::open().map_err(|e| e.to_string())?;
@@ -125,7 +140,7 @@ fn soak(env: &Env) -> Outcome {
         let mut sent = 0u64;
         let mut k = 1u64;
         while !st.load(Ordering::Relaxed) {
-            let Ok(mut c) = connect(addr_a(true, port), Duration::from_secs(60)) else {
+            let Ok(mut c) = connect(addr_a(true, port), Duration::from_secs(10)) else {
                 sleep(Duration::from_millis(100));
                 continue;
             };
@@ -137,10 +152,24 @@ fn soak(env: &Env) -> Outcome {
             k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let len = (1 + (k >> 33) % 16) << 20;
             let mut off = 0u64;
+            let mut progress = Instant::now();
             while off < len {
                 let n = ((len - off) as usize).min(256 << 10);
-                c.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
-                off += n as u64;
+                match c.write(pat.slice(off, n)) {
+                    Ok(w) => {
+                        off += w as u64;
+                        progress = Instant::now();
+                    }
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        let info = tcp_info_line(&c);
+                        if progress.elapsed() > Duration::from_secs(60) {
+                            return Err(format!("send at {off} of {len}: no progress for 60 s: {info}"));
+                        }
+                        eprintln!("# stall: sender at {off} of {len}: {info}");
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("send at {off}: {e}")),
+                }
             }
             sent += len;
         }
