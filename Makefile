@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
-	check-fast demo bench fuzz soak clean distclean-kernel
+	check-fast demo bench fuzz soak tree-tests clean distclean-kernel
 
 all: module
 
@@ -80,6 +80,11 @@ check-fast: module iou-zcrx tools
 # The benchmark: zcrx-rs vs io_uring zcrx vs recv() vs recv(MSG_TRUNC).
 bench: module tools
 	@$(TOP)/scripts/bench.sh
+
+# The kernel tree's netdevsim selftests, stock netdevsim vs ours; make check
+# runs a short list.
+tree-tests: kernel iou-zcrx
+	@FLAVOUR=$(FLAVOUR) $(TOP)/scripts/tree-tests.sh
 
 # The uAPI fuzzer on the debug kernel; make check runs a short one.
 fuzz: tools

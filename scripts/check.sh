@@ -28,6 +28,9 @@ slower, vCPU threads preempted), so the suites run one after the other.
      injection): KUnit + the selftest, streams scaled down (16 MiB big
      stream, others /8). It runs first: its 10 min are when the FLAVOUR
      kernel gets built. --debug-only: this suite alone.
+  4. the kernel tree's own selftests that run on netdevsim (a short list,
+     scripts/tree-tests.sh), with the release's stock netdevsim and with
+     ours in one VM: each test whose result is the same on both passes.
 The guest kernel logs are scanned for splats (scripts/vm.sh).
 Results: \$ZCRX_CACHE/build/FLAVOUR/check/
 USAGE
@@ -218,9 +221,41 @@ if [ -n "$first" ]; then
 		fbuild=
 	fi
 fi
+# 4. the tree's own netdevsim selftests, stock netdevsim vs ours: a test
+# counts as passed when its result is the same on both.
+tree_tests() {
+	local log tsame tdiff
+	log="$(build_dir "$flavour")/check/tree-tests.log"
+	stage_begin tree-tests
+	TREE_QUICK=1 FLAVOUR=$flavour "$ZCRX_TOP/scripts/tree-tests.sh" 2>&1 | tee "$log"
+	stage_end
+	tsame=$(sed -n 's/^tree-tests: \([0-9]\+\) same, \([0-9]\+\) differ$/\1/p' "$log")
+	tdiff=$(sed -n 's/^tree-tests: \([0-9]\+\) same, \([0-9]\+\) differ$/\2/p' "$log")
+	if [ -z "$tsame" ]; then
+		fail=$((fail + 1)); bad="$bad tree-tests(no-result)"
+		tsame=0 tdiff=?
+	else
+		pass=$((pass + tsame)) fail=$((fail + tdiff))
+		[ "$tdiff" -eq 0 ] || bad="$bad tree-tests"
+	fi
+	local hp hf
+	hp=$(sed -n 's/^tree-tests zero-copy: \([0-9]\+\) passed, \([0-9]\+\) failed$/\1/p' "$log")
+	hf=$(sed -n 's/^tree-tests zero-copy: \([0-9]\+\) passed, \([0-9]\+\) failed$/\2/p' "$log")
+	if [ -z "$hp" ]; then
+		fail=$((fail + 1)); bad="$bad tree-tests-zc(no-result)"
+		hp=0 hf=?
+	else
+		pass=$((pass + hp)) fail=$((fail + hf))
+		[ "$hf" -eq 0 ] || bad="$bad tree-tests-zc"
+	fi
+	lines="$lines
+tree-tests ($flavour kernel): $tsame same on stock and our netdevsim, $tdiff differ; the tree's zero-copy tests on ours: $hp passed, $hf failed"
+}
+
 if [ -n "$first" ]; then
 	host_checks
 	vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --soak-seconds 30
+	tree_tests
 fi
 
 echo

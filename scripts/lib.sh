@@ -12,6 +12,9 @@ RUST_SRC_DEB_PREFIX="+dfsg1-"          # rust-src=<rustc version>+dfsg1-<debian 
 BINDGEN_VERSION=0.72.1
 VIRTME_NG_VERSION=1.42
 LIBURING_DEB_VERSIONS="2.15-1 2.9-1"
+# bookworm's ethtool (6.1) cannot set header split; the tree's selftests
+# want a current one (run from the cache, never installed).
+ETHTOOL_DEB_VERSIONS="1:7.2-1"
 LLVM_SUFFIX=-19
 
 # Debian suites used only to download source packages; see scripts/toolchain.sh.

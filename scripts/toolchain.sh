@@ -21,7 +21,8 @@ Sets up, in this order (each step is skipped when already done):
      nothing can be installed or upgraded from them even by accident.
   3. rust-src equal to \`rustc --version\` (downloaded + unpacked), linux-source-7.2
      (pinned: ${KERNEL_DEB_VERSIONS%% *}, with fallbacks), liburing-dev (for the
-     in-tree io_uring zcrx selftest program)
+     in-tree io_uring zcrx selftest program), ethtool (a current one for the
+     tree's own selftests; bookworm's cannot set header split)
   4. bindgen-cli $BINDGEN_VERSION (cargo install --locked)
   5. virtme-ng $VIRTME_NG_VERSION (PyPI, in a venv under \$ZCRX_CACHE/venv)
 
@@ -45,7 +46,7 @@ SUDO=
 
 PKGS="clang-19 libclang-19-dev lld-19 llvm-19 flex bison bc libelf-dev libssl-dev
       cpio kmod udev rsync iproute2 ethtool qemu-system-x86 python3-pip python3-venv
-      linux-perf python3-yaml git make gcc xz-utils"
+      linux-perf python3-yaml git make gcc xz-utils socat"
 missing=
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -101,6 +102,7 @@ rustc_ver=$(rustc --version 2>/dev/null | awk '{print $2}') ||
 [ -e "$ZCRX_CACHE/rust-src/$rustc_ver/.unpacked" ] || need_download=1
 [ -e "$ZCRX_CACHE/linux/.unpacked" ] || need_download=1
 [ -e "$ZCRX_CACHE/liburing/.unpacked" ] || need_download=1
+[ -e "$ZCRX_CACHE/ethtool/.unpacked" ] || need_download=1
 if [ -n "$need_download" ] && ! apt_lists_fresh; then
 	apt_update_x
 fi
@@ -156,6 +158,21 @@ if [ ! -e "$ZCRX_CACHE/liburing/.unpacked" ]; then
 	[ -n "$chosen" ] || die "liburing-dev is not available in $EXTRA_SUITES"
 	msg "liburing-dev $chosen"
 	fetch_deb liburing-dev "$chosen" "$ZCRX_CACHE/liburing" || die "download of liburing-dev=$chosen failed"
+fi
+
+# --- 3d. a current ethtool (the tree's selftests; scripts/tree-tests.sh) ---
+if [ ! -e "$ZCRX_CACHE/ethtool/.unpacked" ]; then
+	avail=$(versions_of ethtool)
+	chosen=
+	for v in $ETHTOOL_DEB_VERSIONS; do
+		echo "$avail" | grep -qxF "$v" && { chosen=$v; break; }
+	done
+	[ -n "$chosen" ] || chosen=$(echo "$avail" | head -1)
+	[ -n "$chosen" ] || die "ethtool is not available in $EXTRA_SUITES"
+	msg "ethtool $chosen (download only, run from $ZCRX_CACHE/ethtool)"
+	fetch_deb ethtool "$chosen" "$ZCRX_CACHE/ethtool" || die "download of ethtool=$chosen failed"
+	"$ZCRX_CACHE/ethtool/root/usr/sbin/ethtool" --version >/dev/null ||
+		die "the downloaded ethtool does not run on this system"
 fi
 
 # --- 4. bindgen -------------------------------------------------------------

@@ -1,0 +1,161 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Copyright (C) 2026 The zcrx-rs developers.
+#
+# Runs inside the VM (scripts/tree-tests.sh starts it): the kernel tree's own
+# selftests that run on netdevsim, once with the stock netdevsim of the
+# release (built from the unpatched source against this kernel) and once
+# with ours, and compares. Each test is a path below
+# tools/testing/selftests. Prints one line per
+# test and module, then "tree-tests: N same, N differ"; exits 1 on any
+# difference.
+#
+# Usage: guest-tree-tests.sh KSRC LOGDIR; LOGDIR/args holds the stock
+# module, our module, then the tests, one per line.
+set -u
+
+KSRC=$1 LOG=$2
+ST=$KSRC/tools/testing/selftests
+PER_TEST=${ZCRX_TREE_TIMEOUT:-600}
+mapfile -t ARGS <"$LOG/args"
+STOCK=${ARGS[0]} OURS=${ARGS[1]}
+HW=()
+set --
+for a in "${ARGS[@]:2}"; do
+	case $a in
+	hw:*) HW+=("${a#hw:}") ;;
+	?*) set -- "$@" "$a" ;;
+	esac
+done
+
+# What the tests expect of a test machine: a current ethtool (bookworm's
+# 6.1 lacks header split), from the cache (scripts/toolchain.sh).
+sysctl -qw net.ipv6.conf.all.disable_ipv6=0 2>/dev/null
+export PATH=${ZCRX_CACHE:?}/ethtool/root/usr/sbin:$PATH:/usr/sbin:/sbin
+ethtool --version | grep -q 'version [7-9]' || { echo "tree-tests: no current ethtool in $ZCRX_CACHE/ethtool" >&2; exit 1; }
+
+unload() {
+	local i
+	for d in /sys/bus/netdevsim/devices/netdevsim*; do
+		[ -e "$d" ] || continue
+		echo "${d##*netdevsim}" > /sys/bus/netdevsim/del_device 2>/dev/null
+	done
+	for i in $(seq 1 50); do
+		grep -q '^netdevsim ' /proc/modules || return 0
+		rmmod netdevsim 2>/dev/null && return 0
+		sleep 0.2
+	done
+	echo "tree-tests: cannot unload netdevsim" >&2
+	return 1
+}
+
+# result TEST LOGFILE RC -> ok | skip | fail
+verdict() {
+	local rc=$1 f=$2
+	local v t
+	case $rc in
+	124) v=timeout ;;
+	4) v=skip ;;
+	0) v=ok ;;
+	*) v="fail($rc)" ;;
+	esac
+	# python ksft tests count their cases: show them, so that a case that
+	# changes shows even when the test's exit status does not
+	t=$(grep -E '^# Totals:' "$f" | tail -1 | sed 's/^# Totals: //')
+	if [ -n "$t" ]; then echo "$v [$t]"; else echo "$v"; fi
+}
+
+declare -A RES
+for mod in stock ours; do
+	ko=$STOCK
+	[ "$mod" = ours ] && ko=$OURS
+	unload || exit 1
+	insmod "$ko" || { echo "tree-tests: insmod $ko failed" >&2; exit 1; }
+	for t in "$@"; do
+		f=$LOG/$mod-$(echo "$t" | tr / _).log
+		dir=$ST/$(dirname "$t")
+		t0=$(date +%s)
+		# the release tarball does not mark every test executable
+		case $t in
+		*.py) run=python3 ;;
+		*) run=bash ;;
+		esac
+		(cd "$dir" && timeout -k 10 "$PER_TEST" $run "./$(basename "$t")") > "$f" 2>&1
+		rc=$?
+		v=$(verdict "$rc" "$f")
+		RES[$mod:$t]=$v
+		printf '# %-5s %-45s %-40s %4ss\n' "$mod" "$t" "$v" $(( $(date +%s) - t0 ))
+		# a test that left devices behind must not spoil the next one
+		unload >/dev/null 2>&1
+		insmod "$ko" 2>/dev/null
+	done
+done
+unload
+
+same=0 differ=0
+for t in "$@"; do
+	a=${RES[stock:$t]} b=${RES[ours:$t]}
+	if [ "$a" = "$b" ]; then
+		same=$((same + 1))
+	else
+		differ=$((differ + 1))
+		echo "# DIFFERS: $t: stock $a, ours $b (logs: $LOG/{stock,ours}-$(echo "$t" | tr / _).log)"
+		grep -hE '^not ok|FAIL|\[FAIL\]' "$LOG/ours-$(echo "$t" | tr / _).log" | head -5 | sed 's/^/#   /'
+	fi
+done
+echo "tree-tests: $same same, $differ differ"
+
+# The tree's zero-copy tests need what stock netdevsim lacks (header split
+# into provider memory, ntuple, RSS contexts): ours only, on a pair of
+# 4-queue devices as a NIC test machine has them (NETIF + a remote in a
+# network namespace, drivers/net/README.rst), and netdevsim's own count of
+# the payload it DMA'd shows that the data did come zero-copy.
+hw_pair() {
+	local a b ai bi
+	echo "1 1 4" > /sys/bus/netdevsim/new_device || return 1
+	echo "2 1 4" > /sys/bus/netdevsim/new_device || return 1
+	udevadm settle -t 10
+	a=$(ls /sys/bus/netdevsim/devices/netdevsim1/net/)
+	b=$(ls /sys/bus/netdevsim/devices/netdevsim2/net/)
+	ip netns del tree-remote 2>/dev/null
+	ip netns add tree-remote && ip link set "$b" netns tree-remote || return 1
+	ai=$(cat "/sys/class/net/$a/ifindex")
+	bi=$(ip netns exec tree-remote cat "/sys/class/net/$b/ifindex")
+	(exec 3</run/netns/tree-remote 4</proc/self/ns/net &&
+		echo "4:$ai 3:$bi" > /sys/bus/netdevsim/link_device) || return 1
+	ip addr add 2001:db8::1/64 dev "$a" nodad && ip link set "$a" up &&
+	ip -n tree-remote addr add 2001:db8::2/64 dev "$b" nodad &&
+	ip -n tree-remote link set "$b" up && ip -n tree-remote link set lo up || return 1
+	HW_IF=$a
+}
+hwp=0 hwf=0
+for t in "${HW[@]}"; do
+	unload >/dev/null 2>&1
+	insmod "$OURS" || { echo "tree-tests: insmod $OURS failed" >&2; exit 1; }
+	f=$LOG/hw-$(echo "$t" | tr / _).log
+	t0=$(date +%s)
+	if hw_pair; then
+		(cd "$ST/$(dirname "$t")" && NETIF=$HW_IF LOCAL_V6=2001:db8::1 REMOTE_V6=2001:db8::2 \
+			REMOTE_TYPE=netns REMOTE_ARGS=tree-remote \
+			timeout -k 10 "$PER_TEST" python3 "./$(basename "$t")") > "$f" 2>&1
+		rc=$?
+	else
+		echo "could not set up the netdevsim pair" > "$f"
+		rc=1
+	fi
+	v=$(verdict "$rc" "$f")
+	dma=$(awk '{ b += $6 } END { print b + 0 }' /sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_stats 2>/dev/null)
+	fb=$(awk '{ b += $10 } END { print b + 0 }' /sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_stats 2>/dev/null)
+	printf '# %-5s %-45s %-40s %4ss\n' ours "$t" "$v" $(( $(date +%s) - t0 ))
+	echo "#       netdevsim DMA'd $dma payload bytes into provider buffers, $fb delivered unsplit"
+	if [ "$rc" = 0 ] && [ "${dma:-0}" -gt 0 ]; then
+		hwp=$((hwp + 1))
+	else
+		hwf=$((hwf + 1))
+		grep -hE '^not ok|Exception\| (CMD|STDERR)' "$f" | head -8 | sed 's/^/#   /'
+	fi
+	ip netns del tree-remote 2>/dev/null
+done
+unload
+[ ${#HW[@]} = 0 ] || echo "tree-tests zero-copy: $hwp passed, $hwf failed"
+[ "$differ" = 0 ] && [ "$hwf" = 0 ]

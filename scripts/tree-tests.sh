@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make tree-tests`: does our netdevsim still behave like the stock one? Runs
+# the kernel tree's own selftests that use netdevsim (drivers/net/netdevsim,
+# drivers/net/*.py, and the net/ tests that exercise page pools, queue
+# management and netkit queue leasing) in one VM, first with the release's
+# stock netdevsim (drivers/net/netdevsim of the unpatched source, built as a
+# module against our kernel: the only difference is netdevsim itself), then
+# with ours, and fails if any test's result differs. TREE_TESTS="a b" picks
+# tests (paths below tools/testing/selftests); TREE_QUICK=1 runs the short
+# list `make check` uses.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+fl=${FLAVOUR:-fast}
+B=$(build_dir "$fl")
+SRC=$ZCRX_CACHE/linux/src
+[ -f "$B/drivers/net/netdevsim/netdevsim.ko" ] || die "no $fl kernel build at $B (make FLAVOUR=$fl kernel)"
+git -C "$SRC" rev-parse -q --verify pristine >/dev/null || die "no pristine tag in $SRC (scripts/kernel.sh source)"
+
+# Short enough for make check (about 3 min per module on the fast kernel):
+# the tests that touch what our netdevsim patches change (the peer data
+# path, header split, queue restarts, page pools, qstats).
+QUICK="drivers/net/netdevsim/peer.sh
+drivers/net/netdevsim/ethtool-features.sh
+drivers/net/hds.py
+drivers/net/queues.py
+drivers/net/stats.py
+drivers/net/ping.py
+net/nl_netdev.py
+hw:drivers/net/hw/iou-zcrx.py"
+FULL="$QUICK
+drivers/net/netdevsim/ethtool-coalesce.sh
+drivers/net/netdevsim/ethtool-pause.sh
+drivers/net/netdevsim/ethtool-fec.sh
+drivers/net/netdevsim/tc-mq-visibility.sh
+drivers/net/netdevsim/devlink_in_netns.sh
+drivers/net/netdevsim/udp_tunnel_nic.sh
+drivers/net/napi_threaded.py
+drivers/net/ring_reconfig.py
+drivers/net/netpoll_basic.py
+net/nk_qlease.py"
+if [ -n "${TREE_TESTS:-}" ]; then
+	tests=$TREE_TESTS
+elif [ "${TREE_QUICK:-0}" = 1 ]; then
+	tests=$QUICK
+else
+	tests=$FULL
+fi
+
+# The zero-copy tests run their helper from next to the script: put ours
+# (scripts/build-iou-zcrx.sh, the tree's iou-zcrx.c) there.
+if echo "$tests" | grep -q 'hw/iou-zcrx.py'; then
+	[ -x "$B/iou-zcrx" ] || die "no $B/iou-zcrx (make FLAVOUR=$fl iou-zcrx)"
+	cp "$B/iou-zcrx" "$SRC/tools/testing/selftests/drivers/net/hw/iou-zcrx"
+fi
+
+stock=$B/nsim-stock
+msg "building the stock netdevsim of $(cat "$ZCRX_CACHE/linux/deb-version") against the $fl kernel"
+rm -rf "$stock"
+mkdir -p "$stock"
+git -C "$SRC" archive pristine drivers/net/netdevsim | tar -x -C "$stock"
+kbuild_env
+make -s -C "$B" M="$stock/drivers/net/netdevsim" CONFIG_NETDEVSIM=m modules >"$stock/build.log" 2>&1 ||
+	{ tail -20 "$stock/build.log" >&2; die "stock netdevsim did not build (log: $stock/build.log)"; }
+
+logs=$B/tree-tests-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+n=$(echo "$tests" | wc -w)
+msg "running $n tree selftests with the stock netdevsim, then with ours"
+# The list goes by file: the guest's command line travels on the kernel's.
+{
+	echo "$stock/drivers/net/netdevsim/netdevsim.ko"
+	echo "$B/drivers/net/netdevsim/netdevsim.ko"
+	echo "$tests"
+} >"$logs/args"
+"$ZCRX_TOP/scripts/vm.sh" --flavour "$fl" --name tree-tests --timeout $((n * 2 * 300 + 300)) \
+	--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs"
