@@ -16,7 +16,7 @@ set -u
 
 KSRC=$1 LOG=$2
 ST=$KSRC/tools/testing/selftests
-PER_TEST=${ZCRX_TREE_TIMEOUT:-600}
+PER_TEST=${ZCRX_TREE_TIMEOUT:-300}
 mapfile -t ARGS <"$LOG/args"
 STOCK=${ARGS[0]} OURS=${ARGS[1]}
 HW=()
@@ -34,15 +34,33 @@ sysctl -qw net.ipv6.conf.all.disable_ipv6=0 2>/dev/null
 export PATH=${ZCRX_CACHE:?}/ethtool/root/usr/sbin:$PATH:/usr/sbin:/sbin
 ethtool --version | grep -q 'version [7-9]' || { echo "tree-tests: no current ethtool in $ZCRX_CACHE/ethtool" >&2; exit 1; }
 
+# Runs "$@" in the background and gives it 60 s: a command that hangs in
+# the kernel is reported (its stack and the kernel log), not waited for
+# until the VM's timeout.
+bounded() {
+	local pid i
+	"$@" 2>/dev/null &
+	pid=$!
+	for i in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || { wait "$pid"; return; }
+		sleep 0.2
+	done
+	echo "tree-tests: \`$*\` hangs; its stack:" >&2
+	cat "/proc/$pid/stack" >&2 2>/dev/null
+	for t in /proc/$pid/task/*/stack; do cat "$t" >&2 2>/dev/null; done
+	dmesg | tail -40 >&2
+	return 1
+}
+
 unload() {
 	local i
 	for d in /sys/bus/netdevsim/devices/netdevsim*; do
 		[ -e "$d" ] || continue
-		echo "${d##*netdevsim}" > /sys/bus/netdevsim/del_device 2>/dev/null
+		bounded sh -c "echo ${d##*netdevsim} > /sys/bus/netdevsim/del_device" || return 1
 	done
 	for i in $(seq 1 50); do
 		grep -q '^netdevsim ' /proc/modules || return 0
-		rmmod netdevsim 2>/dev/null && return 0
+		bounded rmmod netdevsim && return 0
 		sleep 0.2
 	done
 	echo "tree-tests: cannot unload netdevsim" >&2
@@ -154,8 +172,8 @@ for t in "${HW[@]}"; do
 		hwf=$((hwf + 1))
 		grep -hE '^not ok|Exception\| (CMD|STDERR)' "$f" | head -8 | sed 's/^/#   /'
 	fi
-	ip netns del tree-remote 2>/dev/null
+	bounded ip netns del tree-remote
 done
 unload
-[ ${#HW[@]} = 0 ] || echo "tree-tests zero-copy: $hwp passed, $hwf failed"
+echo "tree-tests zero-copy: $hwp passed, $hwf failed"
 [ "$differ" = 0 ] && [ "$hwf" = 0 ]
