@@ -22,7 +22,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	LIBCLANG_PATH=/usr/lib/llvm-19/lib \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
-.PHONY: all help toolchain kernel module iou-zcrx tools rust-analyzer check \
+.PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools rust-analyzer check \
 	check-fast demo bench fuzz soak tree-tests clean distclean-kernel
 
 all: module
@@ -56,6 +56,10 @@ module: kernel
 # the XDP program the selftest attaches.
 iou-zcrx: kernel
 	@$(TOP)/scripts/build-iou-zcrx.sh --flavour $(FLAVOUR)
+
+# the tree's devmem TCP test program (not yet run by make check)
+ncdevmem: kernel
+	@$(TOP)/scripts/build-ncdevmem.sh --flavour $(FLAVOUR)
 	@clang-19 -O2 -target bpf -c $(TOP)/tools/selftest/xdp_pass.c -o $(KDIR)/xdp-pass.o
 
 rust-analyzer: kernel
