@@ -56,11 +56,11 @@ module: kernel
 # the XDP program the selftest attaches.
 iou-zcrx: kernel
 	@$(TOP)/scripts/build-iou-zcrx.sh --flavour $(FLAVOUR)
+	@clang-19 -O2 -target bpf -c $(TOP)/tools/selftest/xdp_pass.c -o $(KDIR)/xdp-pass.o
 
 # the tree's devmem TCP test program (not yet run by make check)
 ncdevmem: kernel
 	@$(TOP)/scripts/build-ncdevmem.sh --flavour $(FLAVOUR)
-	@clang-19 -O2 -target bpf -c $(TOP)/tools/selftest/xdp_pass.c -o $(KDIR)/xdp-pass.o
 
 rust-analyzer: kernel
 	$(KMAKE) rust-analyzer
