@@ -58,7 +58,7 @@ iou-zcrx: kernel
 	@$(TOP)/scripts/build-iou-zcrx.sh --flavour $(FLAVOUR)
 	@clang-19 -O2 -target bpf -c $(TOP)/tools/selftest/xdp_pass.c -o $(KDIR)/xdp-pass.o
 
-# the tree's devmem TCP test program (not yet run by make check)
+# the tree's devmem TCP test program (the tree-tests run devmem.py with it)
 ncdevmem: kernel
 	@$(TOP)/scripts/build-ncdevmem.sh --flavour $(FLAVOUR)
 
@@ -78,7 +78,7 @@ check: toolchain
 	@$(TOP)/scripts/check.sh --build --flavour fast --debug
 
 # Only the fast kernel (no debug kernel build): for quick iterations.
-check-fast: module iou-zcrx tools
+check-fast: module iou-zcrx ncdevmem tools
 	@$(TOP)/scripts/check.sh --flavour $(FLAVOUR)
 
 # The benchmark: zcrx-rs vs io_uring zcrx vs recv() vs recv(MSG_TRUNC).
@@ -87,7 +87,7 @@ bench: module tools
 
 # The kernel tree's netdevsim selftests, stock netdevsim vs ours; make check
 # runs a short list.
-tree-tests: kernel iou-zcrx
+tree-tests: kernel iou-zcrx ncdevmem
 	@FLAVOUR=$(FLAVOUR) $(TOP)/scripts/tree-tests.sh
 
 # The uAPI fuzzer on the debug kernel; make check runs a short one.

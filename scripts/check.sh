@@ -10,7 +10,7 @@ usage() {
 	cat <<USAGE
 usage: scripts/check.sh [--flavour fast|debug] [--debug | --debug-only] [--build] [--timeout SECONDS]
 
-Expects the kernel(s), module(s), iou-zcrx and tools built, unless --build
+Expects the kernel(s), module(s), iou-zcrx, ncdevmem and tools built, unless --build
 (make check): then it builds them itself, overlapping builds with tests. A
 TCG guest leaves about half of the two cores idle (timers, a flow at a time),
 so the FLAVOUR kernel builds at nice 19 while the debug kernel builds and the
@@ -175,7 +175,7 @@ if [ -n "$build" ]; then
 	fi
 	if [ -n "$first" ]; then
 		mkdir -p "$B"
-		msg "building the $flavour kernel, module and iou-zcrx at nice 19 in the background (log: $flog)"
+		msg "building the $flavour kernel, module, iou-zcrx and ncdevmem at nice 19 in the background (log: $flog)"
 		# Its own process group (set -m), stopped with everything under it
 		# if this script ends first (a failure, ^C). Not setsid: a new
 		# session is a new scheduler autogroup, which gets its fair half of
@@ -187,7 +187,7 @@ if [ -n "$build" ]; then
 		rm -f "$flog.rc"
 		set -m
 		( nice -n 19 make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$flavour" \
-			module iou-zcrx > "$flog" 2>&1 < /dev/null; echo $? > "$flog.rc" ) &
+			module iou-zcrx ncdevmem > "$flog" 2>&1 < /dev/null; echo $? > "$flog.rc" ) &
 		fbuild=$!
 		set +m
 		trap '[ -z "$fbuild" ] || [ -e "$flog.rc" ] || kill -- -"$fbuild" 2>/dev/null' EXIT

@@ -28,13 +28,12 @@ drivers/net/hds.py
 drivers/net/queues.py
 drivers/net/stats.py
 drivers/net/ping.py
-net/nl_netdev.py"
-# hw: the tree's io_uring zcrx test, ours only (stock netdevsim cannot run
-# it). Not in make check yet: in about 1 of 5 runs with large buffers an
-# io_uring page pool keeps buffers for good and rmmod netdevsim hangs
-# (Documentation/kernel-patches.rst).
-FULL="$QUICK
+net/nl_netdev.py
 hw:drivers/net/hw/iou-zcrx.py
+hw:drivers/net/hw/devmem.py"
+# hw: the tree's io_uring zcrx and devmem TCP tests, ours only (stock
+# netdevsim cannot run them).
+FULL="$QUICK
 drivers/net/netdevsim/ethtool-coalesce.sh
 drivers/net/netdevsim/ethtool-pause.sh
 drivers/net/netdevsim/ethtool-fec.sh
@@ -53,10 +52,15 @@ else
 fi
 
 # The zero-copy tests run their helper from next to the script: put ours
-# (scripts/build-iou-zcrx.sh, the tree's iou-zcrx.c) there.
+# there (scripts/build-iou-zcrx.sh and build-ncdevmem.sh, the tree's
+# iou-zcrx.c and ncdevmem.c).
 if echo "$tests" | grep -q 'hw/iou-zcrx.py'; then
 	[ -x "$B/iou-zcrx" ] || die "no $B/iou-zcrx (make FLAVOUR=$fl iou-zcrx)"
 	cp "$B/iou-zcrx" "$SRC/tools/testing/selftests/drivers/net/hw/iou-zcrx"
+fi
+if echo "$tests" | grep -q 'hw/devmem.py'; then
+	[ -x "$B/ncdevmem" ] || die "no $B/ncdevmem (make FLAVOUR=$fl ncdevmem)"
+	cp "$B/ncdevmem" "$SRC/tools/testing/selftests/drivers/net/hw/ncdevmem"
 fi
 
 stock=$B/nsim-stock
