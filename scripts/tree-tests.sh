@@ -81,7 +81,8 @@ msg "running $n tree selftests with the stock netdevsim, then with ours"
 {
 	echo "$stock/drivers/net/netdevsim/netdevsim.ko"
 	echo "$B/drivers/net/netdevsim/netdevsim.ko"
-	echo "$tests"
+	# shellcheck disable=SC2086 # one test per line, whatever separated them
+	printf "%s\n" $tests
 } >"$logs/args"
 "$ZCRX_TOP/scripts/vm.sh" --flavour "$fl" --name tree-tests --timeout $((n * 2 * 150 + 300)) \
 	--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs"
