@@ -28,6 +28,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("rmmod_refused_while_open", rmmod_refused_while_open),
     ("rmmod_after_close", rmmod_after_close),
     ("reload_and_unload", reload_and_unload),
+    ("bnxt_loads_and_unloads", bnxt_loads_and_unloads),
 ];
 
 macro_rules! check {
@@ -156,5 +157,39 @@ fn reload_and_unload(env: &Env) -> Outcome {
             return Fail(format!("unload #{i}: {e}"));
         }
     }
+    Pass
+}
+
+/// bnxt_en, the other header-split NIC the project names, builds with the
+/// series applied (fast kernel: CONFIG_BNXT=m) and loads and unloads: its PCI
+/// driver registers, no device binds (the VM has none).
+fn bnxt_loads_and_unloads(_env: &Env) -> Outcome {
+    const BNXT: &str = "bnxt_en";
+    let Ok(build) = std::env::var("ZCRX_BUILD") else {
+        return Fail("ZCRX_BUILD not set (run in the VM)".into());
+    };
+    let ko = Path::new(&build).join("drivers/net/ethernet/broadcom/bnxt/bnxt_en.ko");
+    if !ko.exists() {
+        let why = "not built in this kernel flavour (the fast one has CONFIG_BNXT=m)";
+        return Skip(format!("{}: {why}", ko.display()));
+    }
+    check!(!kmod::is_loaded(BNXT), "{BNXT} is loaded before the test started");
+    if let Err(e) = kmod::load(&ko, "") {
+        return Fail(format!("finit_module({}): {e}", ko.display()));
+    }
+    let state = fs::read_to_string(format!("/sys/module/{BNXT}/initstate")).unwrap_or_default();
+    let driver = Path::new("/sys/bus/pci/drivers").join(BNXT);
+    let registered = driver.is_dir();
+    let bound = fs::read_dir(&driver)
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains(':')))
+        .unwrap_or(false);
+    let unloaded = kmod::unload(BNXT);
+    check!(state.trim() == "live", "{BNXT} initstate is {:?}, expected \"live\"", state.trim());
+    check!(registered, "{} missing: the PCI driver did not register", driver.display());
+    check!(!bound, "a PCI device is bound to {BNXT} in a VM that has none");
+    if let Err(e) = unloaded {
+        return Fail(format!("delete_module({BNXT}): {e}"));
+    }
+    check!(!kmod::is_loaded(BNXT), "{BNXT} still loaded after delete_module()");
     Pass
 }
