@@ -27,6 +27,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_drops_then_recovers", dry_pool_drops_then_recovers),
     ("dry_pool_fallback_knob_copies", dry_pool_fallback_knob_copies),
     ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
+    ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
 ];
 
 /// Waits until `cond` holds for netdevsim's counters of the receiver's
@@ -384,5 +385,56 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// An ntuple rule that delivers through an RSS context on netdevsim, which
+/// adds the rule's queue to the context's pick (like sfc): "context C action
+/// 2" over a context spreading on queues 0-1 delivers to queues 2-3, and the
+/// core must refuse to take the device down to 3 channels while the rule is
+/// there. Before kernel series patch 12 it looked for FLOW_RSS where drivers
+/// do not report it and allowed it.
+fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
+    let n = tryo!(Nsim::up(4));
+    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
+        return Fail("ZCRX_CACHE not set (run in the VM)".into());
+    };
+    // bookworm's ethtool 6.1 cannot create RSS contexts by netlink; the
+    // toolchain's newer one can
+    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let dev = n.a.clone();
+    let r = join(in_netns(NS_A, move || -> Result<String, String> {
+        let et = |args: &[&str]| net::run(&ethtool, args, "");
+        let out = et(&["-X", &dev, "context", "new", "start", "0", "equal", "2"])?;
+        let ctx = out
+            .split("New RSS context is ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .ok_or(format!("no context number in {out:?}"))?
+            .to_string();
+        let out = et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?;
+        let rule = out
+            .split("Added rule with ID ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .ok_or(format!("no rule id in {out:?}"))?
+            .to_string();
+        let shrink = et(&["-L", &dev, "combined", "3"]);
+        et(&["-N", &dev, "delete", &rule])?;
+        et(&["-X", &dev, "context", &ctx, "delete"])?;
+        // the same request once nothing uses queue 3: the refusal was the rule's
+        let after = et(&["-L", &dev, "combined", "3"]);
+        match (shrink, after) {
+            (Ok(_), _) => Err("ethtool -L combined 3 accepted while a rule delivers to queues 2-3".into()),
+            (Err(e), _) if !e.contains("too low for existing ntuple filter") => {
+                Err(format!("ethtool -L combined 3 refused for another reason: {e}"))
+            }
+            (_, Err(e)) => Err(format!("ethtool -L combined 3 after the rule and context went: {e}")),
+            (Err(e), Ok(_)) => Ok(e),
+        }
+    }));
+    let e = tryo!(r);
+    let why = e.lines().find(|l| l.contains("too low")).unwrap_or(&e);
+    env.diag(&format!("ethtool -L combined 3 refused while the rule is there: {}", why.trim()));
     Pass
 }
