@@ -71,10 +71,10 @@ fn soak(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     // netdevsim drops what finds no buffer in a dry pool, as hardware does
-    // (TCP retransmits). Before the 2026-12-03 series this soak stalled
-    // now and then that way inside the full suite (a stream made no
-    // progress for 60 s; cause not pinned down). ZCRX_SOAK_DRY_FALLBACK=1
-    // has netdevsim deliver such packets readable instead.
+    // (TCP retransmits). Earlier runs of the full suite stalled now and
+    // then that way (a stream made no progress for 60 s; cause not pinned
+    // down, not seen since 2026-12-03). ZCRX_SOAK_DRY_FALLBACK=1 has
+    // netdevsim deliver such packets readable instead.
     let fallback = std::env::var("ZCRX_SOAK_DRY_FALLBACK").is_ok_and(|v| v == "1");
     tryo!(n.dry_fallback(1, fallback));
     env.diag(if fallback {
