@@ -63,6 +63,20 @@ if echo "$tests" | grep -q 'hw/devmem.py'; then
 	cp "$B/ncdevmem" "$SRC/tools/testing/selftests/drivers/net/hw/ncdevmem"
 fi
 
+# The XDP cases load the tree's xdp_dummy.bpf.o from net/lib, which the
+# release tarball does not ship: build it as the selftests' Makefile would
+# (clang's BPF target, the tree's libbpf headers, bpf_helper_defs.h
+# generated from the tree's uapi bpf.h).
+bpfinc=$B/tree-bpf/include
+mkdir -p "$bpfinc/bpf"
+cp "$SRC/tools/lib/bpf/bpf_helpers.h" "$bpfinc/bpf/"
+python3 "$SRC/scripts/bpf_doc.py" --header --file "$SRC/tools/include/uapi/linux/bpf.h" \
+	>"$bpfinc/bpf/bpf_helper_defs.h" || die "scripts/bpf_doc.py failed"
+clang-19 -O2 -g -target bpf -I"$bpfinc" -I"$SRC/tools/include/uapi" \
+	-c "$SRC/tools/testing/selftests/net/lib/xdp_dummy.bpf.c" \
+	-o "$SRC/tools/testing/selftests/net/lib/xdp_dummy.bpf.o" ||
+	die "the tree's xdp_dummy.bpf.c did not build"
+
 stock=$B/nsim-stock
 msg "building the stock netdevsim of $(cat "$ZCRX_CACHE/linux/deb-version") against the $fl kernel"
 rm -rf "$stock"
