@@ -405,20 +405,16 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     let dev = n.a.clone();
     let r = join(in_netns(NS_A, move || -> Result<String, String> {
         let et = |args: &[&str]| net::run(&ethtool, args, "");
-        let out = et(&["-X", &dev, "context", "new", "start", "0", "equal", "2"])?;
-        let ctx = out
-            .split("New RSS context is ")
-            .nth(1)
-            .and_then(|t| t.split_whitespace().next())
-            .ok_or(format!("no context number in {out:?}"))?
-            .to_string();
-        let out = et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?;
-        let rule = out
-            .split("Added rule with ID ")
-            .nth(1)
-            .and_then(|t| t.split_whitespace().next())
-            .ok_or(format!("no rule id in {out:?}"))?
-            .to_string();
+        // the word ethtool prints after `what`
+        let after = |out: String, what: &str| -> Result<String, String> {
+            let word = out.split(what).nth(1).and_then(|t| t.split_whitespace().next());
+            word.map(str::to_string).ok_or(format!("no {what:?} in {out:?}"))
+        };
+        let ctx = after(et(&["-X", &dev, "context", "new", "start", "0", "equal", "2"])?, "New RSS context is ")?;
+        let rule = after(
+            et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?,
+            "Added rule with ID ",
+        )?;
         let shrink = et(&["-L", &dev, "combined", "3"]);
         et(&["-N", &dev, "delete", &rule])?;
         et(&["-X", &dev, "context", &ctx, "delete"])?;
