@@ -25,6 +25,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("rmmod_at_every_stage", rmmod_at_every_stage),
     ("close_mid_stream_holding_buffers", close_mid_stream_holding_buffers),
     ("kill9_receiver_mid_stream", kill9_receiver_mid_stream),
+    ("nc_keeps_listening_v6_then_v4", nc_keeps_listening_v6_then_v4),
     ("unbind_under_traffic", unbind_under_traffic),
     ("netdev_deleted_while_bound", netdev_deleted_while_bound),
 ];
@@ -158,12 +159,17 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
 }
 
 fn spawn_nc(n: &Nsim, port: u16, seed: u64) -> Result<Child, String> {
+    spawn_nc_with(n, port, seed, &[])
+}
+
+fn spawn_nc_with(n: &Nsim, port: u16, seed: u64, extra: &[&str]) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let nc = exe.with_file_name("zcrx-nc");
     Command::new("ip")
         .args(["netns", "exec", NS_A])
         .arg(&nc)
         .args(["--dev", &n.a, "--queue", "0", "--port", &port.to_string(), "--check", &seed.to_string(), "--area", "8"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -300,5 +306,75 @@ fn netdev_deleted_while_bound(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     tryo!(plain_stream_ok(&n, 7111));
+    Pass
+}
+
+/// zcrx-nc as a user runs it: `-k` keeps one context bound across
+/// connections, `[::]` takes IPv6 and IPv4 peers, `--json` reports each
+/// connection on its own line, `-v` draws a progress line. Two streams, one
+/// per family, each checked byte for byte by zcrx-nc (`--check`) and counted
+/// in its JSON.
+fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
+    use std::io::BufRead;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let port = 7107;
+    let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"]));
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let bytes = env.bytes(16 << 20);
+    let mut out = Vec::new();
+    let mut fail = None;
+    for v6 in [true, false] {
+        let sent = join(sender(addr_a(v6, port), bytes, Arc::new(Pattern::new(11)), 0));
+        if let Err(e) = sent.and_then(|s| if s == bytes { Ok(()) } else { Err(format!("sent {s} of {bytes}")) }) {
+            fail = Some(format!("{} sender: {e}", if v6 { "IPv6" } else { "IPv4" }));
+            break;
+        }
+        // zcrx-nc's line for this connection (a bound, not a deadline)
+        let line = loop {
+            match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(l) if l.starts_with('{') => break Some(l),
+                Ok(_) => continue,
+                Err(_) => break None,
+            }
+        };
+        match line {
+            Some(l) => out.push((v6, l)),
+            None => {
+                fail = Some(format!("no JSON line from zcrx-nc for the {} connection", if v6 { "IPv6" } else { "IPv4" }));
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Some(f) = fail {
+        return Fail(f);
+    }
+    let field = |l: &str, k: &str| -> Option<u64> {
+        let v = l.split(&format!("\"{k}\":")).nth(1)?;
+        v.split([',', '}']).next()?.parse().ok()
+    };
+    let mut diag = Vec::new();
+    for (v6, l) in &out {
+        let (Some(b), Some(zc)) = (field(l, "bytes"), field(l, "zero_copy_bytes")) else {
+            return Fail(format!("unparsable JSON line: {l}"));
+        };
+        let peer_ok = if *v6 { l.contains("[2001:db8::2]") } else { l.contains("192.0.2.2") };
+        if b != bytes || !peer_ok || zc == 0 {
+            return Fail(format!("expected {bytes} bytes from the {} peer, got: {l}", if *v6 { "IPv6" } else { "IPv4" }));
+        }
+        diag.push(format!("{}: {} byte-exact, {} zero-copy", if *v6 { "IPv6" } else { "IPv4" }, mib(b), mib(zc)));
+    }
+    env.diag(&format!("zcrx-nc -k --json: {}", diag.join("; ")));
     Pass
 }

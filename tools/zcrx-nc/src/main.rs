@@ -13,15 +13,18 @@
 //!
 //! The connection's packets must land on that queue (one queue, or an
 //! ntuple/flow steering rule); whatever lands elsewhere still arrives, as
-//! copies.
+//! copies. It listens on IPv6 and IPv4 (`[::]`, unless
+//! net.ipv6.bindv6only is set; `-4`: IPv4 only), `-k` keeps listening for
+//! the next connection, `-v` prints a progress line, `--json` prints the
+//! statistics of each connection as one JSON object.
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::process::exit;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use zcrx::uapi::ZCRX_RS_REC_COPY;
+use zcrx::uapi::{zcrx_rs_stats, ZCRX_RS_REC_COPY};
 use zcrx::{Pattern, Rec, Zcrx};
 
 struct Opts {
@@ -31,6 +34,9 @@ struct Opts {
     v6: bool,
     area_mib: usize,
     out: Output,
+    keep: bool,
+    verbose: bool,
+    json: bool,
 }
 
 enum Output {
@@ -42,17 +48,31 @@ enum Output {
 fn usage() -> ! {
     eprintln!(
         "usage: zcrx-nc --dev IFNAME --queue N --port P [-4|-6] [--area MIB]\n\
-         \x20              [--discard | --check SEED]\n\
-         Receives one TCP connection zero-copy; payload to stdout, stats to stderr.\n\
+         \x20              [--discard | --check SEED] [-k] [-v] [--json]\n\
+         Receives a TCP connection zero-copy; payload to stdout, stats to stderr.\n\
+         \x20 -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])\n\
          \x20 --area MIB    receive memory (default 64)\n\
          \x20 --discard     drop the payload\n\
-         \x20 --check SEED  verify it against the zcrx test pattern instead"
+         \x20 --check SEED  verify it against the zcrx test pattern instead\n\
+         \x20 -k            keep listening: one connection after another\n\
+         \x20 -v            a progress line on stderr while receiving\n\
+         \x20 --json        each connection's statistics as one JSON object"
     );
     exit(2);
 }
 
 fn parse() -> Opts {
-    let mut o = Opts { dev: String::new(), queue: 0, port: 0, v6: true, area_mib: 64, out: Output::Stdout };
+    let mut o = Opts {
+        dev: String::new(),
+        queue: 0,
+        port: 0,
+        v6: true,
+        area_mib: 64,
+        out: Output::Stdout,
+        keep: false,
+        verbose: false,
+        json: false,
+    };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
         let mut val = || a.next().unwrap_or_else(|| usage());
@@ -65,6 +85,9 @@ fn parse() -> Opts {
             "--check" => o.out = Output::Check(val().parse().unwrap_or_else(|_| usage())),
             "-4" => o.v6 = false,
             "-6" => o.v6 = true,
+            "-k" => o.keep = true,
+            "-v" => o.verbose = true,
+            "--json" => o.json = true,
             _ => usage(),
         }
     }
@@ -98,19 +121,34 @@ fn main() {
     };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
     eprintln!("zcrx-nc: listening on {addr}, {} queue {}", o.dev, o.queue);
-    let (sock, peer) = listener.accept().unwrap_or_else(|e| die("accept", e));
-    let t0 = Instant::now();
-
-    // 3. Receive: records say where the bytes are; give the buffers back.
     let pattern = match o.out {
         Output::Check(seed) => Some(Pattern::new(seed)),
         _ => None,
     };
     let mut recs = vec![Rec::default(); 256];
+    loop {
+        let (sock, peer) = listener.accept().unwrap_or_else(|e| die("accept", e));
+        let before = z.stats().unwrap_or_else(|e| die("stats", e));
+        let t0 = Instant::now();
+        let (total, copied) = receive(&mut z, &sock, &o, pattern.as_ref(), &mut recs);
+        let secs = t0.elapsed().as_secs_f64();
+        let st = z.stats().unwrap_or_else(|e| die("stats", e));
+        report(&o, &peer, total, copied, secs, &before, &st);
+        if !o.keep {
+            break;
+        }
+    }
+}
+
+/// Receives one connection to its end: records say where the bytes are;
+/// the buffers go back after each batch. Returns (bytes, bytes copied).
+fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&Pattern>, recs: &mut [Rec]) -> (u64, u64) {
     let mut stdout = io::stdout().lock();
     let (mut total, mut copied) = (0u64, 0u64);
+    let t0 = Instant::now();
+    let mut shown = t0;
     loop {
-        let got = z.recv(sock.as_raw_fd(), &mut recs, 0).unwrap_or_else(|e| die("recv", e));
+        let got = z.recv(sock.as_raw_fd(), recs, 0).unwrap_or_else(|e| die("recv", e));
         if got.bytes == 0 {
             break;
         }
@@ -120,7 +158,7 @@ fn main() {
                 Output::Stdout => stdout.write_all(data).unwrap_or_else(|e| die("write", e)),
                 Output::Discard => {}
                 Output::Check(_) => {
-                    if let Some(bad) = pattern.as_ref().and_then(|p| p.check(total, data)) {
+                    if let Some(bad) = pattern.and_then(|p| p.check(total, data)) {
                         eprintln!("zcrx-nc: payload mismatch at stream offset {bad}");
                         exit(1);
                     }
@@ -132,20 +170,47 @@ fn main() {
             }
         }
         z.refill(&recs[..got.records]).unwrap_or_else(|e| die("refill", e));
+        if o.verbose && shown.elapsed() >= Duration::from_secs(1) {
+            shown = Instant::now();
+            progress(total, copied, t0.elapsed().as_secs_f64());
+        }
     }
     stdout.flush().unwrap_or_else(|e| die("write", e));
+    if o.verbose {
+        progress(total, copied, t0.elapsed().as_secs_f64());
+        eprintln!();
+    }
+    (total, copied)
+}
 
-    let secs = t0.elapsed().as_secs_f64();
-    let st = z.stats().unwrap_or_else(|e| die("stats", e));
-    eprintln!(
-        "zcrx-nc: {peer}: {total} bytes in {secs:.2} s ({:.2} Gbit/s): zero-copy {} bytes, copied {} bytes ({} records); \
-         refill ok {} bad {}, alloc failures {}",
-        total as f64 * 8.0 / secs.max(1e-9) / 1e9,
-        total - copied,
-        copied,
-        st.copy_records,
-        st.refill_ok,
-        st.refill_bad,
-        st.alloc_fail
+fn progress(total: u64, copied: u64, secs: f64) {
+    let mib = total as f64 / f64::from(1 << 20);
+    let zc = if total == 0 { 100.0 } else { (total - copied) as f64 * 100.0 / total as f64 };
+    eprint!("\rzcrx-nc: {mib:.1} MiB, {:.1} MiB/s, {zc:.1}% zero-copy ", mib / secs.max(1e-9));
+}
+
+/// The statistics of one connection: its own byte counts, and the context's
+/// counters over its lifetime (the difference of two STATS).
+fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &zcrx_rs_stats, b: &zcrx_rs_stats) {
+    let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
+    let (copy_records, refill_ok, refill_bad, alloc_fail) = (
+        b.copy_records - a.copy_records,
+        b.refill_ok - a.refill_ok,
+        b.refill_bad - a.refill_bad,
+        b.alloc_fail - a.alloc_fail,
     );
+    if o.json {
+        eprintln!(
+            "{{\"peer\":\"{peer}\",\"bytes\":{total},\"seconds\":{secs:.6},\"gbit_per_s\":{gbits:.3},\
+             \"zero_copy_bytes\":{},\"copied_bytes\":{copied},\"copy_records\":{copy_records},\
+             \"refill_ok\":{refill_ok},\"refill_bad\":{refill_bad},\"alloc_fail\":{alloc_fail}}}",
+            total - copied
+        );
+    } else {
+        eprintln!(
+            "zcrx-nc: {peer}: {total} bytes in {secs:.2} s ({gbits:.2} Gbit/s): zero-copy {} bytes, copied {copied} \
+             bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}",
+            total - copied
+        );
+    }
 }
