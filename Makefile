@@ -22,8 +22,8 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	LIBCLANG_PATH=/usr/lib/llvm-19/lib \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
-.PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools rust-analyzer check \
-	check-fast demo bench fuzz soak tree-tests clean distclean-kernel
+.PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
+	check check-fast demo bench fuzz soak tree-tests clean distclean-kernel
 
 all: module
 
@@ -35,7 +35,8 @@ help:
 	@echo "make toolchain     install/download the toolchain (scripts/toolchain.sh)"
 	@echo "make kernel        fetch, patch, configure and build the test kernel"
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
-	@echo "make tools         build the userspace tools (tools/, cargo)"
+	@echo "make tools         build the userspace tools (tools/: cargo, libzcrx, C example)"
+	@echo "make install       install libzcrx (library, zcrx.h, zcrx.pc; PREFIX=/usr/local)"
 	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians"
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
 	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
@@ -66,8 +67,23 @@ rust-analyzer: kernel
 	$(KMAKE) rust-analyzer
 	@ln -sf $(MODOUT)/rust-project.json $(TOP)/rust-project.json 2>/dev/null || true
 
-tools: toolchain
+tools: toolchain libzcrx
 	@$(TOP)/scripts/stage.sh --lock tools tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
+
+# libzcrx, installed into a staging prefix under tools/target, and its epoll
+# example built the way a user builds it: cc + pkg-config, nothing else.
+LIBZCRX_O      := $(TOP)/tools/target/libzcrx
+LIBZCRX_STAGE  := $(LIBZCRX_O)/prefix
+libzcrx:
+	@$(MAKE) --no-print-directory -s -C $(TOP)/tools/libzcrx O=$(LIBZCRX_O)/build \
+		PREFIX=$(LIBZCRX_STAGE) install
+	@mkdir -p $(TOOLS_BIN)
+	@PKG_CONFIG_PATH=$(LIBZCRX_STAGE)/lib/pkgconfig sh -c 'cc $(TOP)/tools/libzcrx/examples/epoll-server.c \
+		$$(pkg-config --cflags --libs zcrx) -o $(TOOLS_BIN)/zcrx-epoll-server'
+
+PREFIX ?= /usr/local
+install:
+	@$(MAKE) --no-print-directory -C $(TOP)/tools/libzcrx O=$(LIBZCRX_O)/build PREFIX=$(PREFIX) install
 
 # All tests: host tests, the full suite on the fast kernel, then the
 # reliability suite on the debug kernel (KASAN, lockdep, kmemleak).

@@ -47,7 +47,7 @@ SUDO=
 PKGS="clang-19 libclang-19-dev lld-19 llvm-19 flex bison bc libelf-dev libssl-dev
       cpio kmod udev rsync iproute2 ethtool qemu-system-x86 python3-pip python3-venv
       linux-perf python3-yaml python3-jsonschema git make gcc xz-utils socat
-      iputils-ping"
+      iputils-ping pkgconf curl"
 missing=
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||

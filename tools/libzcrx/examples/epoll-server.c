@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
+/*
+ * An epoll server that receives many TCP connections zero-copy with
+ * libzcrx: one context bound to one rx queue serves every connection.
+ *
+ *   cc epoll-server.c $(pkg-config --cflags --libs zcrx) -o epoll-server
+ *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-n CONNECTIONS]
+ *
+ * For each connection it prints, at its end, the bytes received, how many
+ * came zero-copy and how many were copied, and an FNV-1a 64-bit hash of
+ * the payload (so a test can check it byte for byte). With -n it exits
+ * after that many connections, printing the totals.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zcrx.h>
+
+#define NR_RECS 256
+
+struct conn {
+	int fd;
+	char peer[64];
+	uint64_t bytes, zc, copied, hash;
+};
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "epoll-server: %s: %s\n", what, strerror(err));
+	exit(1);
+}
+
+static int listen_on(int port)
+{
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+	int one = 1, fd;
+
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		die("socket", errno);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128))
+		die("bind/listen", errno);
+	return fd;
+}
+
+/* Reads what is there; returns 1 at the end of the stream, 0 if more may
+ * come, a negative errno if the connection failed. */
+static int drain(struct zcrx *z, struct conn *c)
+{
+	struct zcrx_rec recs[NR_RECS];
+
+	for (;;) {
+		unsigned int nr = NR_RECS, i;
+		ssize_t n = zcrx_recv(z, c->fd, recs, &nr, ZCRX_RECV_DONTWAIT);
+
+		if (n == -EAGAIN || n == -ENOBUFS)
+			return 0;	/* level-triggered: we come back */
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return 1;
+		for (i = 0; i < nr; i++) {
+			const unsigned char *p = zcrx_data(z, &recs[i]);
+			uint32_t k;
+
+			if (!p)
+				die("zcrx_data: a record outside the area", EFAULT);
+			for (k = 0; k < recs[i].len; k++)
+				c->hash = (c->hash ^ p[k]) * 0x100000001b3ULL;
+			if (recs[i].flags & ZCRX_REC_COPY)
+				c->copied += recs[i].len;
+			else
+				c->zc += recs[i].len;
+		}
+		c->bytes += (uint64_t)n;
+		/* one call gives the whole batch back */
+		if (zcrx_return(z, recs, nr))
+			die("zcrx_return", ENOMEM);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *ifname = NULL;
+	int queue = -1, port = 5201, opt, lfd, ep, ret;
+	long area_mib = 16, want = 0, done = 0;
+	uint64_t tb = 0, tz = 0, tc = 0;
+	struct epoll_event ev;
+	struct zcrx *z;
+
+	while ((opt = getopt(argc, argv, "i:q:p:a:n:")) != -1) {
+		switch (opt) {
+		case 'i': ifname = optarg; break;
+		case 'q': queue = atoi(optarg); break;
+		case 'p': port = atoi(optarg); break;
+		case 'a': area_mib = atol(optarg); break;
+		case 'n': want = atol(optarg); break;
+		default:
+			fprintf(stderr, "usage: %s -i IFNAME -q QUEUE [-p PORT] [-a AREA_MIB] [-n CONNECTIONS]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (!ifname || queue < 0) {
+		fprintf(stderr, "epoll-server: -i IFNAME and -q QUEUE are required\n");
+		return 2;
+	}
+	ret = zcrx_open(&z, NULL);
+	if (ret)
+		die("zcrx_open /dev/zcrx", -ret);
+	ret = zcrx_register_area(z, (size_t)area_mib << 20);
+	if (ret)
+		die("zcrx_register_area", -ret);
+	ret = zcrx_bind(z, ifname, queue, 0);
+	if (ret)
+		die("zcrx_bind", -ret);
+
+	lfd = listen_on(port);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	printf("listening on port %d, zero-copy from %s queue %d\n", port, ifname, queue);
+	fflush(stdout);
+
+	while (!want || done < want) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(ep, evs, 64, -1), i;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("epoll_wait", errno);
+		for (i = 0; i < n; i++) {
+			struct conn *c = evs[i].data.ptr;
+
+			if (!c) {	/* the listener */
+				struct sockaddr_in6 a;
+				socklen_t alen = sizeof(a);
+				int fd = accept4(lfd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+				char host[INET6_ADDRSTRLEN];
+
+				if (fd < 0)
+					continue;
+				c = calloc(1, sizeof(*c));
+				if (!c)
+					die("calloc", ENOMEM);
+				c->fd = fd;
+				c->hash = 0xcbf29ce484222325ULL;
+				inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof(host));
+				snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, ntohs(a.sin6_port));
+				ev = (struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
+				epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+				continue;
+			}
+			ret = drain(z, c);
+			if (!ret)
+				continue;
+			if (ret < 0)
+				printf("conn %s: error after %" PRIu64 " bytes: %s\n",
+				       c->peer, c->bytes, strerror(-ret));
+			else
+				printf("conn %s: %" PRIu64 " bytes, %" PRIu64 " zero-copy, %"
+				       PRIu64 " copied, fnv1a64 %016" PRIx64 "\n",
+				       c->peer, c->bytes, c->zc, c->copied, c->hash);
+			fflush(stdout);
+			tb += c->bytes;
+			tz += c->zc;
+			tc += c->copied;
+			epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+			close(c->fd);
+			free(c);
+			done++;
+		}
+	}
+	printf("total: %ld connections, %" PRIu64 " bytes, %" PRIu64 " zero-copy, %" PRIu64 " copied\n",
+	       done, tb, tz, tc);
+	close(ep);
+	close(lfd);
+	zcrx_close(z);
+	return 0;
+}

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
+/*
+ * libzcrx: a small C API over the uAPI of /dev/zcrx (zcrx_rs.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/zcrx_rs.h>
+#include "zcrx.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Our record is the kernel's: zcrx_recv() hands the caller's array over. */
+_Static_assert(sizeof(struct zcrx_rec) == sizeof(struct zcrx_rs_rec), "rec size");
+_Static_assert(offsetof(struct zcrx_rec, off) == offsetof(struct zcrx_rs_rec, off), "off");
+_Static_assert(offsetof(struct zcrx_rec, len) == offsetof(struct zcrx_rs_rec, len), "len");
+_Static_assert(offsetof(struct zcrx_rec, flags) == offsetof(struct zcrx_rs_rec, flags), "flags");
+_Static_assert(ZCRX_REC_COPY == ZCRX_RS_REC_COPY, "copy flag");
+_Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
+
+struct zcrx {
+	int fd;
+	uint32_t buf_size;
+	/* the area */
+	unsigned char *area;
+	size_t area_len;
+	bool area_ours;		/* mapped by zcrx_register_area() */
+	/* the refill ring (mapped at bind) */
+	unsigned char *ring;
+	size_t ring_len;
+	_Atomic uint32_t *head;	/* kernel's */
+	_Atomic uint32_t *tail;	/* ours */
+	struct zcrx_rs_rqe *rqes;
+	uint32_t entries;
+	uint32_t tail_local;
+	/* entries waiting for ring space, oldest first: [wait_start, wait_end) */
+	uint64_t *wait;
+	size_t wait_start, wait_end, wait_cap;
+};
+
+static int xioctl(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) < 0 ? -errno : 0;
+}
+
+EXPORT int zcrx_open(struct zcrx **out, const char *path)
+{
+	struct zcrx_rs_info info = { 0 };
+	struct zcrx *z;
+	int ret;
+
+	z = calloc(1, sizeof(*z));
+	if (!z)
+		return -ENOMEM;
+	z->fd = open(path ? path : "/dev/zcrx", O_RDWR | O_CLOEXEC);
+	if (z->fd < 0) {
+		ret = -errno;
+		free(z);
+		return ret;
+	}
+	ret = xioctl(z->fd, ZCRX_RS_IOC_INFO, &info);
+	if (ret) {
+		close(z->fd);
+		free(z);
+		return ret;
+	}
+	if (info.api_version != ZCRX_RS_API_VERSION) {
+		close(z->fd);
+		free(z);
+		return -EPROTO;
+	}
+	z->buf_size = info.page_size;
+	*out = z;
+	return 0;
+}
+
+static void unmap_ring(struct zcrx *z)
+{
+	if (z->ring)
+		munmap(z->ring, z->ring_len);
+	z->ring = NULL;
+	z->ring_len = 0;
+}
+
+EXPORT void zcrx_close(struct zcrx *z)
+{
+	if (!z)
+		return;
+	unmap_ring(z);
+	close(z->fd);
+	/* The module unpins the area when the context goes; unmap after. */
+	if (z->area_ours)
+		munmap(z->area, z->area_len);
+	free(z->wait);
+	free(z);
+}
+
+EXPORT int zcrx_fd(const struct zcrx *z)
+{
+	return z->fd;
+}
+
+EXPORT int zcrx_info(struct zcrx *z, struct zcrx_info *out)
+{
+	struct zcrx_rs_info i = { 0 };
+	int ret = xioctl(z->fd, ZCRX_RS_IOC_INFO, &i);
+
+	if (ret)
+		return ret;
+	out->api_version = i.api_version;
+	out->buf_size = i.page_size;
+	out->features = i.features;
+	return 0;
+}
+
+EXPORT int zcrx_stats(struct zcrx *z, struct zcrx_stats *out)
+{
+	struct zcrx_rs_stats s = { 0 };
+	int ret = xioctl(z->fd, ZCRX_RS_IOC_STATS, &s);
+
+	if (ret)
+		return ret;
+	out->zc_bytes = s.zc_bytes;
+	out->zc_records = s.zc_records;
+	out->copy_bytes = s.copy_bytes;
+	out->copy_records = s.copy_records;
+	out->alloc_fail = s.alloc_fail;
+	out->refill_bad = s.refill_bad;
+	out->refill_ok = s.refill_ok;
+	out->user_held = s.user_held;
+	out->area_buffers = s.area_buffers;
+	out->free_buffers = s.free_buffers;
+	return 0;
+}
+
+EXPORT int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len)
+{
+	struct zcrx_rs_area_reg r = { .addr = (uintptr_t)addr, .len = len };
+	int ret;
+
+	if (z->area)
+		return -EBUSY;
+	ret = xioctl(z->fd, ZCRX_RS_IOC_REGISTER_AREA, &r);
+	if (ret)
+		return ret;
+	z->area = addr;
+	z->area_len = len;
+	z->area_ours = false;
+	return 0;
+}
+
+EXPORT int zcrx_register_area(struct zcrx *z, size_t len)
+{
+	void *p;
+	int ret;
+
+	if (z->area)
+		return -EBUSY;
+	if (!len || len % z->buf_size || len > ZCRX_RS_AREA_MAX_LEN)
+		return -EINVAL;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	ret = zcrx_register_area_mem(z, p, len);
+	if (ret) {
+		munmap(p, len);
+		return ret;
+	}
+	z->area_ours = true;
+	return 0;
+}
+
+static uint32_t ring_room(const struct zcrx *z)
+{
+	uint32_t head = atomic_load_explicit(z->head, memory_order_acquire);
+
+	return z->entries - (z->tail_local - head);
+}
+
+/* Moves as many waiting entries onto the ring as fit. */
+static void flush_wait(struct zcrx *z)
+{
+	uint32_t room, n, i;
+
+	if (!z->ring || z->wait_start == z->wait_end)
+		return;
+	room = ring_room(z);
+	n = z->wait_end - z->wait_start < room ? z->wait_end - z->wait_start : room;
+	for (i = 0; i < n; i++) {
+		struct zcrx_rs_rqe *e = &z->rqes[z->tail_local++ & (z->entries - 1)];
+
+		e->off = z->wait[z->wait_start++];
+		e->len = 0;
+		e->__pad = 0;
+	}
+	if (n)
+		atomic_store_explicit(z->tail, z->tail_local, memory_order_release);
+	if (z->wait_start == z->wait_end)
+		z->wait_start = z->wait_end = 0;
+}
+
+EXPORT int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex,
+			     unsigned int rxq, unsigned int rq_entries)
+{
+	struct zcrx_rs_bind b = { .ifindex = ifindex, .rxq = rxq };
+	void *p;
+	int ret;
+
+	if (!z->area)
+		return -EINVAL;
+	if (!rq_entries) {
+		size_t bufs = z->area_len / z->buf_size;
+
+		rq_entries = bufs > ZCRX_RS_RQ_MAX_ENTRIES ? ZCRX_RS_RQ_MAX_ENTRIES : bufs;
+	}
+	if (rq_entries > ZCRX_RS_RQ_MAX_ENTRIES)
+		return -EINVAL;
+	b.rq_entries = rq_entries;
+	ret = xioctl(z->fd, ZCRX_RS_IOC_BIND, &b);
+	if (ret)
+		return ret;
+	/* The module reads the old ring no more: what it held was taken. */
+	unmap_ring(z);
+	p = mmap(NULL, b.mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, z->fd, 0);
+	if (p == MAP_FAILED) {
+		/* Returns wait in the library until a binding maps a ring. */
+		ret = -errno;
+		ioctl(z->fd, ZCRX_RS_IOC_UNBIND);
+		return ret;
+	}
+	/* Returns still waiting go through the new ring. */
+	z->ring = p;
+	z->ring_len = b.mmap_len;
+	z->head = (_Atomic uint32_t *)(z->ring + b.offsets.head);
+	z->tail = (_Atomic uint32_t *)(z->ring + b.offsets.tail);
+	z->rqes = (struct zcrx_rs_rqe *)(z->ring + b.offsets.rqes);
+	z->entries = b.rq_entries;
+	z->tail_local = atomic_load_explicit(z->tail, memory_order_relaxed);
+	flush_wait(z);
+	return 0;
+}
+
+EXPORT int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
+		     unsigned int rq_entries)
+{
+	unsigned int ifindex = if_nametoindex(ifname);
+
+	if (!ifindex)
+		return errno == ENXIO || errno == ENODEV || !errno ? -ENODEV : -errno;
+	return zcrx_bind_ifindex(z, ifindex, rxq, rq_entries);
+}
+
+EXPORT int zcrx_unbind(struct zcrx *z)
+{
+	return xioctl(z->fd, ZCRX_RS_IOC_UNBIND, NULL);
+}
+
+EXPORT ssize_t zcrx_recv(struct zcrx *z, int sockfd, struct zcrx_rec *recs,
+			 unsigned int *nr, unsigned int flags)
+{
+	struct zcrx_rs_recv r = {
+		.sockfd = sockfd,
+		.flags = flags,
+		.recs = (uintptr_t)recs,
+		.nr_recs = *nr,
+	};
+	int ret;
+
+	flush_wait(z);
+	ret = xioctl(z->fd, ZCRX_RS_IOC_RECV, &r);
+	if (ret) {
+		*nr = 0;
+		return ret;
+	}
+	*nr = r.nr_recs;
+	return (ssize_t)r.bytes;
+}
+
+EXPORT const void *zcrx_data(const struct zcrx *z, const struct zcrx_rec *rec)
+{
+	if (!z->area || rec->off > z->area_len || rec->len > z->area_len - rec->off)
+		return NULL;
+	return z->area + rec->off;
+}
+
+/* Makes room for @n more waiting entries. */
+static int wait_reserve(struct zcrx *z, size_t n)
+{
+	size_t used = z->wait_end - z->wait_start, cap;
+	uint64_t *w;
+
+	if (z->wait_start) {
+		memmove(z->wait, z->wait + z->wait_start, used * sizeof(*z->wait));
+		z->wait_start = 0;
+		z->wait_end = used;
+	}
+	if (used + n <= z->wait_cap)
+		return 0;
+	cap = z->wait_cap ? z->wait_cap : 64;
+	while (cap < used + n)
+		cap *= 2;
+	w = realloc(z->wait, cap * sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	z->wait = w;
+	z->wait_cap = cap;
+	return 0;
+}
+
+EXPORT int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int n)
+{
+	uint64_t mask = ~((uint64_t)z->buf_size - 1);
+	unsigned int i = 0, direct = 0;
+	int ret;
+
+	/* All or nothing: room for every entry first, then no failure. */
+	ret = wait_reserve(z, n);
+	if (ret)
+		return ret;
+	flush_wait(z);
+	/* Oldest first: straight onto the ring only when nothing waits. */
+	if (z->ring && z->wait_start == z->wait_end) {
+		uint32_t room = ring_room(z);
+
+		direct = n < room ? n : room;
+		for (; i < direct; i++) {
+			struct zcrx_rs_rqe *e = &z->rqes[z->tail_local++ & (z->entries - 1)];
+
+			e->off = recs[i].off & mask;
+			e->len = 0;
+			e->__pad = 0;
+		}
+		if (direct)
+			atomic_store_explicit(z->tail, z->tail_local, memory_order_release);
+	}
+	for (; i < n; i++)
+		z->wait[z->wait_end++] = recs[i].off & mask;
+	return 0;
+}
+
+EXPORT unsigned int zcrx_return_pending(const struct zcrx *z)
+{
+	return z->wait_end - z->wait_start;
+}

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later OR MIT */
+/*
+ * libzcrx: zero-copy TCP receive with the zcrx_rs module, from C.
+ *
+ * A context (struct zcrx) owns an area of memory registered with the
+ * module, an optional binding of that area to one rx queue of a NIC, and
+ * the refill ring through which buffers go back. zcrx_recv() receives from
+ * any connected TCP socket: each record says where the next bytes of the
+ * stream are in the area (zero-copy when the NIC placed them there, copied
+ * into an area buffer otherwise, ZCRX_REC_COPY). The bytes stay valid until
+ * the record is given back with zcrx_return().
+ *
+ * Errors: functions returning int or ssize_t return a negative errno
+ * (-EINVAL, -ENOMEM, ...) on failure and never set errno as their result.
+ *
+ * Threads: a context is not thread safe. Use one context per thread
+ * (each bound to its own queue), or serialise calls on a shared one.
+ *
+ * Documentation/libzcrx.rst is the reference, with a complete example.
+ */
+#ifndef ZCRX_H
+#define ZCRX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCRX_LIB_VERSION_MAJOR	1
+#define ZCRX_LIB_VERSION_MINOR	0
+
+/* One receive record: the next @len bytes of the stream are at @off. */
+struct zcrx_rec {
+	uint64_t off;		/* offset in the area */
+	uint32_t len;
+	uint32_t flags;		/* ZCRX_REC_* */
+};
+
+#define ZCRX_REC_COPY	(1U << 0)	/* copied by the CPU, not DMA'd by the NIC */
+
+/* zcrx_recv() flags */
+#define ZCRX_RECV_DONTWAIT	(1U << 0)	/* -EAGAIN instead of blocking */
+
+/* Counters of one context (zcrx_stats()). */
+struct zcrx_stats {
+	uint64_t zc_bytes;	/* handed over zero-copy */
+	uint64_t zc_records;
+	uint64_t copy_bytes;	/* copied into area buffers */
+	uint64_t copy_records;
+	uint64_t alloc_fail;	/* the queue asked for a buffer, none was free */
+	uint64_t refill_bad;	/* bad refill entries the module skipped */
+	uint64_t refill_ok;	/* buffers returned through the refill ring */
+	uint64_t user_held;	/* buffers the program holds now */
+	uint64_t area_buffers;	/* buffers in the area */
+	uint64_t free_buffers;	/* buffers on the module's free list now */
+	uint64_t __resv[6];	/* zero; later counters go here */
+};
+
+/* What the loaded module supports (zcrx_info()). */
+struct zcrx_info {
+	uint32_t api_version;	/* the module's uAPI version */
+	uint32_t buf_size;	/* size of one buffer */
+	uint64_t features;	/* feature bits */
+	uint64_t __resv[4];	/* zero */
+};
+
+struct zcrx;
+
+/* Opens a context on /dev/zcrx (@path NULL) or on @path. */
+int zcrx_open(struct zcrx **out, const char *path);
+
+/* Closes the context: unbinds, unmaps, frees. Records not given back yet
+ * become invalid. */
+void zcrx_close(struct zcrx *z);
+
+/* The context's file descriptor (for poll on future events, or passing). */
+int zcrx_fd(const struct zcrx *z);
+
+int zcrx_info(struct zcrx *z, struct zcrx_info *info);
+int zcrx_stats(struct zcrx *z, struct zcrx_stats *stats);
+
+/* Maps @len bytes of anonymous memory (a multiple of the buffer size) and
+ * registers them as the area. One area per context. -ENOMEM over
+ * RLIMIT_MEMLOCK. */
+int zcrx_register_area(struct zcrx *z, size_t len);
+
+/* Registers memory the caller owns and keeps mapped while the context
+ * lives (page aligned: e.g. a hugetlbfs or shared anonymous mapping). */
+int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len);
+
+/* Installs the area on rx queue @rxq of @ifname (in the caller's network
+ * namespace) and maps the refill ring; @rq_entries 0 sizes it for every
+ * buffer of the area. Needs CAP_NET_ADMIN; data lands zero-copy when the
+ * queue splits headers and the flow is steered to it, and is copied into
+ * area buffers otherwise. zcrx_recv() needs a context that was bound (it
+ * keeps working, by copy, after zcrx_unbind() or the device going away). */
+int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
+	      unsigned int rq_entries);
+int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
+		      unsigned int rq_entries);
+int zcrx_unbind(struct zcrx *z);
+
+/* Receives from connected TCP socket @sockfd into at most *@nr records;
+ * sets *@nr to the number filled. Returns the bytes they describe, 0 at
+ * end of stream, or a negative errno (-EAGAIN with ZCRX_RECV_DONTWAIT and
+ * nothing to read; -ENOBUFS: every buffer is held, give some back). Buffers
+ * given back with zcrx_return() are handed to the module first. -EINVAL:
+ * the context was never bound. Readiness: poll/epoll the socket itself. */
+ssize_t zcrx_recv(struct zcrx *z, int sockfd, struct zcrx_rec *recs,
+		  unsigned int *nr, unsigned int flags);
+
+/* The bytes a record describes (rec->len of them), or NULL if the record is
+ * not inside this context's area. Valid until the record is returned. */
+const void *zcrx_data(const struct zcrx *z, const struct zcrx_rec *rec);
+
+/* Gives the buffers of @n records back, one call for a batch. Never fails
+ * for lack of ring space: what does not fit waits and goes out at the next
+ * zcrx_return() or zcrx_recv(). All or nothing: -ENOMEM (nothing given
+ * back, call again) if that wait list cannot grow. */
+int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int n);
+
+/* Refill entries waiting for ring space. */
+unsigned int zcrx_return_pending(const struct zcrx *z);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRX_H */
