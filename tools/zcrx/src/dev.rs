@@ -46,16 +46,20 @@ pub struct Received {
 }
 
 /// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
+pub(crate) struct Mapping {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by this value.
 unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` hands out only its address and length; whoever builds
+// slices from them (the area's readers, the ring's single producer behind a
+// lock) proves those accesses race-free.
+unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn anon(len: usize) -> io::Result<Self> {
+    pub(crate) fn anon(len: usize) -> io::Result<Self> {
         // SAFETY: a fresh anonymous mapping; no existing memory is touched.
         let p = unsafe {
             libc::mmap(
@@ -73,7 +77,7 @@ impl Mapping {
         Ok(Mapping { ptr: p.cast(), len })
     }
 
-    fn shared(fd: RawFd, len: usize) -> io::Result<Self> {
+    pub(crate) fn shared(fd: RawFd, len: usize) -> io::Result<Self> {
         // SAFETY: maps the device's ring at offset 0; the kernel checks the length.
         let p = unsafe {
             libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
@@ -93,19 +97,53 @@ impl Drop for Mapping {
 }
 
 /// The refill ring as mapped in user space.
-struct Ring {
+pub(crate) struct Ring {
     map: Mapping,
     offsets: zcrx_rs_ring_offsets,
     entries: u32,
     /// Our producer position (the kernel only reads `tail`).
     tail: u32,
     /// Entries that did not fit yet (see [`Zcrx::refill`]), oldest first.
-    backlog: Vec<u64>,
+    pub(crate) backlog: Vec<u64>,
     /// Clears the offset-within-buffer bits of an area offset.
     page_mask: u64,
 }
 
 impl Ring {
+    /// The ring that `BIND` (`b`, its output) set up, mapped as `map`;
+    /// `backlog`: entries still due from an earlier ring.
+    pub(crate) fn new(map: Mapping, b: &zcrx_rs_bind, backlog: Vec<u64>) -> Self {
+        Ring {
+            map,
+            offsets: b.offsets,
+            entries: b.rq_entries,
+            tail: 0,
+            backlog,
+            page_mask: !(page_size() as u64 - 1),
+        }
+    }
+
+    /// Hands buffers back, one entry per offset: straight onto the ring
+    /// while it has room and nothing older waits, into the backlog
+    /// otherwise (oldest first); one release store publishes them all.
+    pub(crate) fn give_back(&mut self, offs: impl ExactSizeIterator<Item = u64>) {
+        self.flush_backlog();
+        let mask = self.page_mask;
+        let mut direct = if self.backlog.is_empty() { self.room().min(offs.len()) } else { 0 };
+        let published = direct > 0;
+        for off in offs {
+            if direct > 0 {
+                self.write(off & mask, 0);
+                direct -= 1;
+            } else {
+                self.backlog.push(off & mask);
+            }
+        }
+        if published {
+            self.publish();
+        }
+    }
+
     fn head(&self) -> &AtomicU32 {
         // SAFETY: the offset is inside the mapping, u32-aligned (kernel ABI).
         unsafe { &*self.map.ptr.add(self.offsets.head as usize).cast::<AtomicU32>() }
@@ -123,24 +161,24 @@ impl Ring {
     }
 
     /// Free entries.
-    fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         (self.entries - self.tail.wrapping_sub(self.head().load(Ordering::Acquire))) as usize
     }
 
     /// Writes one entry (the caller checked `room`); [`Ring::publish`]
     /// makes the written entries visible to the kernel.
-    fn write(&mut self, off: u64, pad: u32) {
+    pub(crate) fn write(&mut self, off: u64, pad: u32) {
         // SAFETY: the entry is ours until `tail` moves past it.
         unsafe { self.rqe(self.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
         self.tail = self.tail.wrapping_add(1);
     }
 
-    fn publish(&self) {
+    pub(crate) fn publish(&self) {
         self.tail_word().store(self.tail, Ordering::Release);
     }
 
     /// Moves as much of the backlog onto the ring as fits.
-    fn flush_backlog(&mut self) {
+    pub(crate) fn flush_backlog(&mut self) {
         let n = self.room().min(self.backlog.len());
         if n == 0 {
             return;
@@ -223,14 +261,7 @@ impl Zcrx {
         // Binding again after UNBIND: the kernel took what the old ring held;
         // returns still waiting in its backlog go through the new ring.
         let backlog = self.ring.take().map(|r| r.backlog).unwrap_or_default();
-        self.ring = Some(Ring {
-            map,
-            offsets: b.offsets,
-            entries: b.rq_entries,
-            tail: 0,
-            backlog,
-            page_mask: !(page_size() as u64 - 1),
-        });
+        self.ring = Some(Ring::new(map, &b, backlog));
         Ok(())
     }
 
@@ -263,7 +294,10 @@ impl Zcrx {
     /// The data a record describes.
     pub fn data(&self, r: &Rec) -> &[u8] {
         let a = self.area.as_ref().expect("no area registered through register_area");
-        assert!(r.off as usize + r.len as usize <= a.len, "record outside the area");
+        assert!(
+            r.off.checked_add(r.len as u64).is_some_and(|end| end <= a.len as u64),
+            "record outside the area"
+        );
         // SAFETY: inside our mapping; the kernel does not write a buffer
         // while the user holds it.
         unsafe { std::slice::from_raw_parts(a.ptr.add(r.off as usize), r.len as usize) }
@@ -289,17 +323,7 @@ impl Zcrx {
     /// receive call when it runs out of buffers).
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        let mask = ring.page_mask;
-        ring.flush_backlog();
-        // Oldest first: straight onto the ring only when nothing waits.
-        let direct = if ring.backlog.is_empty() { ring.room().min(recs.len()) } else { 0 };
-        for r in &recs[..direct] {
-            ring.write(r.off & mask, 0);
-        }
-        if direct > 0 {
-            ring.publish();
-        }
-        ring.backlog.extend(recs[direct..].iter().map(|r| r.off & mask));
+        ring.give_back(recs.iter().map(|r| r.off));
         Ok(())
     }
 

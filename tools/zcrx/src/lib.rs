@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 // Copyright (C) 2026 The zcrx-rs developers.
 
-//! Userspace side of zcrx-rs: the uAPI of `/dev/zcrx` and a small safe
-//! wrapper for it ([`Zcrx`]), a verifiable stream pattern, KTAP reporting
-//! and kernel module handling for the tests.
+//! Userspace side of zcrx-rs.
+//!
+//! - [`Context`], [`Batch`], [`Buf`]: the safe API for programs. Received
+//!   bytes are owned values that go back to the refill ring when dropped;
+//!   errors are typed ([`Error`], [`ErrorKind`]). With the `tokio` feature,
+//!   [`tokio::ZcrxStream`] receives on a tokio `TcpStream` without blocking
+//!   a runtime thread.
+//! - [`Zcrx`]: the thin wrapper of the uAPI the tests use (raw records,
+//!   explicit refill), and the uAPI itself ([`uapi`]).
+//! - For the tests and tools: a verifiable stream pattern, KTAP reporting,
+//!   kernel module handling.
 
+pub mod ctx;
 pub mod dev;
+pub mod error;
 pub mod ethtool;
 pub mod kmod;
 pub mod ktap;
@@ -13,5 +23,10 @@ pub mod pattern;
 pub mod sys;
 pub mod uapi;
 
+#[cfg(feature = "tokio")]
+pub mod tokio;
+
+pub use ctx::{Batch, Buf, Context, Info, Record, Stats};
 pub use dev::{Rec, Received, Zcrx};
+pub use error::{Error, ErrorKind, Op};
 pub use pattern::Pattern;

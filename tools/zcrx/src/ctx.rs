@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The safe, ownership-based API: a [`Context`] (shareable between threads),
+//! received data as a [`Batch`] of records or as single [`Buf`]s, each of
+//! which goes back to the refill ring when dropped.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let sock = std::net::TcpStream::connect("127.0.0.1:1")?;
+//! let ctx = zcrx::Context::open(64 << 20)?; // a 64 MiB area
+//! ctx.bind("eth0", 3)?; // rx queue 3; flows steered there come zero-copy
+//! loop {
+//!     let batch = ctx.recv(&sock, 256)?;
+//!     if batch.is_eof() {
+//!         break;
+//!     }
+//!     for rec in batch.iter() {
+//!         let data: &[u8] = rec.data();
+//!         // ... use data (rec.is_copy(): the CPU copied it) ...
+//!     }
+//! } // each batch goes back to the ring here, in one go
+//! # Ok(()) }
+//! ```
+//!
+//! The bytes of a record stay valid while its [`Batch`] or [`Buf`] lives:
+//! the kernel does not write a buffer the program holds, and the borrow
+//! checker stops a slice from outliving its owner. Nothing is given back
+//! twice or never: a record is returned exactly when its owner drops.
+//! Returning costs no system call (ring entries in shared memory).
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::dev::{page_size, Mapping, Ring};
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::sys::{ioctl, open};
+use crate::uapi::*;
+
+/// What the loaded module supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Info {
+    /// The module's uAPI version.
+    pub api_version: u32,
+    /// The size of one buffer.
+    pub buf_size: usize,
+    /// Feature bits.
+    pub features: u64,
+}
+
+/// Counters of a context.
+pub type Stats = zcrx_rs_stats;
+
+struct Shared {
+    fd: OwnedFd,
+    /// The area: read through records while their owner holds them.
+    area: Mapping,
+    /// The refill ring and what waits for room in it. One producer at a
+    /// time: the lock.
+    refill: Mutex<Refill>,
+}
+
+/// The refill side of a context.
+struct Refill {
+    /// The ring of the current binding (its backlog holds what waits).
+    ring: Option<Ring>,
+    /// Entries due while no ring is mapped (a failed rebind): they go out
+    /// through the next ring.
+    orphans: Vec<u64>,
+}
+
+impl Shared {
+    fn refill(&self) -> MutexGuard<'_, Refill> {
+        // A panic while holding the lock leaves the ring consistent (each
+        // entry is written before `tail` moves): keep going.
+        self.refill.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives back the buffers of `recs`.
+    fn give_back(&self, recs: &[zcrx_rs_rec]) {
+        if recs.is_empty() {
+            return;
+        }
+        let mut f = self.refill();
+        match f.ring.as_mut() {
+            Some(r) => r.give_back(recs.iter().map(|r| r.off)),
+            None => f.orphans.extend(recs.iter().map(|r| r.off)),
+        }
+    }
+
+    /// The bytes of `r`, a record [`Shared::check`] accepted (every
+    /// record a `Batch` or `Buf` holds).
+    fn bytes(&self, r: &zcrx_rs_rec) -> &[u8] {
+        // SAFETY: `check` proved the range inside the mapping; the kernel
+        // does not write a buffer while the program holds it (the record's
+        // owner is alive: it borrows `self`), and nothing else writes the
+        // private mapping.
+        unsafe { std::slice::from_raw_parts(self.area.ptr.add(r.off as usize), r.len as usize) }
+    }
+
+    fn check(&self, r: &zcrx_rs_rec) -> bool {
+        r.off.checked_add(r.len as u64).is_some_and(|end| end <= self.area.len as u64)
+    }
+}
+
+/// A zcrx context: an area registered with the module, bound to at most one
+/// rx queue at a time. Cheap to clone (the clones share one context);
+/// `Send` and `Sync`: any thread may receive on it (each call on its own
+/// socket) and drop what it received.
+#[derive(Clone)]
+pub struct Context {
+    shared: Arc<Shared>,
+}
+
+impl Context {
+    /// Opens `/dev/zcrx` and registers `area_len` bytes of fresh anonymous
+    /// memory (a multiple of the buffer size) as the area.
+    pub fn open(area_len: usize) -> Result<Self> {
+        Self::open_at(Path::new("/dev/zcrx"), area_len)
+    }
+
+    /// [`Context::open`] with the device at `path`.
+    pub fn open_at(path: &Path, area_len: usize) -> Result<Self> {
+        let fd = open(path, libc::O_RDWR).map_err(|e| Error::new(Op::Open, e))?;
+        let mut i = zcrx_rs_info::default();
+        ioctl(&fd, IOC_INFO as _, &mut i as *mut _ as usize).map_err(|e| Error::new(Op::Info, e))?;
+        if i.api_version != ZCRX_RS_API_VERSION {
+            return Err(Error::with_kind(
+                Op::Info,
+                ErrorKind::VersionMismatch,
+                std::io::Error::from_raw_os_error(libc::EPROTO),
+            ));
+        }
+        let area = Mapping::anon(area_len).map_err(|e| Error::new(Op::RegisterArea, e))?;
+        let mut r = zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, ..Default::default() };
+        ioctl(&fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::RegisterArea, e))?;
+        let refill = Mutex::new(Refill { ring: None, orphans: Vec::new() });
+        Ok(Context { shared: Arc::new(Shared { fd, area, refill }) })
+    }
+
+    /// What the module supports.
+    pub fn info(&self) -> Result<Info> {
+        let mut i = zcrx_rs_info::default();
+        ioctl(&self.shared.fd, IOC_INFO as _, &mut i as *mut _ as usize).map_err(|e| Error::new(Op::Info, e))?;
+        Ok(Info { api_version: i.api_version, buf_size: i.page_size as usize, features: i.features })
+    }
+
+    /// The context's counters.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut s = zcrx_rs_stats::default();
+        ioctl(&self.shared.fd, IOC_STATS as _, &mut s as *mut _ as usize).map_err(|e| Error::new(Op::Stats, e))?;
+        Ok(s)
+    }
+
+    /// Binds the area to rx queue `rxq` of the device named `ifname`.
+    pub fn bind(&self, ifname: &str, rxq: u32) -> Result<()> {
+        let c = std::ffi::CString::new(ifname)
+            .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))?;
+        // SAFETY: `c` is a NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+        if ifindex == 0 {
+            return Err(Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)));
+        }
+        self.bind_ifindex(ifindex, rxq, 0)
+    }
+
+    /// Binds the area to rx queue `rxq` of device `ifindex` (the caller's
+    /// network namespace) with a refill ring of `rq_entries` (0: one per
+    /// buffer, so it never fills). Needs `CAP_NET_ADMIN`. After
+    /// [`Context::unbind`] or the device going away, binding again is fine.
+    pub fn bind_ifindex(&self, ifindex: u32, rxq: u32, rq_entries: u32) -> Result<()> {
+        let bufs = self.shared.area.len / page_size();
+        let entries = if rq_entries != 0 { rq_entries } else { (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES) };
+        if entries > ZCRX_RS_RQ_MAX_ENTRIES {
+            return Err(Error::with_kind(
+                Op::Bind,
+                ErrorKind::InvalidArgument,
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        // The lock is held across BIND: an entry written to the old ring
+        // after BIND took it over would be lost. (Drops on other threads
+        // wait for the bind; binding is rare.)
+        let mut f = self.shared.refill();
+        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
+        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map_err(|e| Error::new(Op::Bind, e))?;
+        // The module reads the old ring no more: it took what the ring held.
+        let mut due = std::mem::take(&mut f.orphans);
+        if let Some(old) = f.ring.take() {
+            due.extend(old.backlog.iter().copied());
+        }
+        match Mapping::shared(self.shared.fd.as_raw_fd(), b.mmap_len as usize) {
+            Ok(map) => {
+                let mut ring = Ring::new(map, &b, due);
+                ring.flush_backlog();
+                f.ring = Some(ring);
+                Ok(())
+            }
+            Err(e) => {
+                f.orphans = due;
+                let _ = ioctl(&self.shared.fd, IOC_UNBIND as _, 0);
+                Err(Error::with_kind(Op::Bind, ErrorKind::Other, e))
+            }
+        }
+    }
+
+    /// Takes the area off its queue now. Receiving goes on (what is in
+    /// flight, then copies).
+    pub fn unbind(&self) -> Result<()> {
+        ioctl(&self.shared.fd, IOC_UNBIND as _, 0).map(|_| ()).map_err(|e| Error::new(Op::Unbind, e))
+    }
+
+    /// Receives from TCP socket `sock` into at most `max_records` records
+    /// (1..=65536); blocks unless the socket is non-blocking. An empty
+    /// batch with [`Batch::is_eof`] is the end of the stream.
+    pub fn recv(&self, sock: &impl AsFd, max_records: usize) -> Result<Batch> {
+        self.recv_flags(sock, max_records, 0)
+    }
+
+    /// [`Context::recv`] that never blocks ([`ErrorKind::WouldBlock`]).
+    pub fn try_recv(&self, sock: &impl AsFd, max_records: usize) -> Result<Batch> {
+        self.recv_flags(sock, max_records, ZCRX_RS_RECV_DONTWAIT)
+    }
+
+    fn recv_flags(&self, sock: &impl AsFd, max_records: usize, flags: u32) -> Result<Batch> {
+        let n = max_records.clamp(1, 65536);
+        if let Some(r) = self.shared.refill().ring.as_mut() {
+            r.flush_backlog();
+        }
+        let mut recs = vec![zcrx_rs_rec::default(); n];
+        let mut r = zcrx_rs_recv {
+            sockfd: sock.as_fd().as_raw_fd(),
+            flags,
+            recs: recs.as_mut_ptr() as u64,
+            nr_recs: n as u32,
+            ..Default::default()
+        };
+        ioctl(&self.shared.fd, IOC_RECV as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::Recv, e))?;
+        recs.truncate(r.nr_recs as usize);
+        let batch = Batch { shared: self.shared.clone(), recs, bytes: r.bytes };
+        if let Some(bad) = batch.recs.iter().find(|r| !self.shared.check(r)) {
+            let msg = format!("record {{off {:#x}, len {}}} outside the area", bad.off, bad.len);
+            // `batch` drops here: the module's references go back.
+            return Err(Error::with_kind(Op::Recv, ErrorKind::BadRecord, std::io::Error::other(msg)));
+        }
+        Ok(batch)
+    }
+
+    /// Refill entries waiting for room in the ring (they go out at the
+    /// next return or receive).
+    pub fn pending_returns(&self) -> usize {
+        let f = self.shared.refill();
+        f.orphans.len() + f.ring.as_ref().map_or(0, |r| r.backlog.len())
+    }
+
+    /// The size of the area.
+    pub fn area_len(&self) -> usize {
+        self.shared.area.len
+    }
+}
+
+/// The records of one receive call: the next [`Batch::bytes`] bytes of the
+/// stream, in order. Dropping it gives every buffer back at once.
+pub struct Batch {
+    shared: Arc<Shared>,
+    recs: Vec<zcrx_rs_rec>,
+    bytes: u64,
+}
+
+/// One record of a [`Batch`], borrowed from it.
+#[derive(Clone, Copy)]
+pub struct Record<'a> {
+    shared: &'a Shared,
+    rec: &'a zcrx_rs_rec,
+}
+
+impl<'a> Record<'a> {
+    /// The bytes.
+    pub fn data(&self) -> &'a [u8] {
+        self.shared.bytes(self.rec)
+    }
+
+    /// Copied by the CPU (the NIC did not place these bytes).
+    pub fn is_copy(&self) -> bool {
+        self.rec.flags & ZCRX_RS_REC_COPY != 0
+    }
+
+    /// Offset of the bytes in the area.
+    pub fn offset(&self) -> u64 {
+        self.rec.off
+    }
+}
+
+impl Batch {
+    /// The end of the stream: no records, no bytes.
+    pub fn is_eof(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Bytes the records describe.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+
+    /// The records, in stream order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Record<'_>> + '_ {
+        self.recs.iter().map(|rec| Record { shared: &self.shared, rec })
+    }
+
+    /// Bytes that came zero-copy and bytes that were copied.
+    pub fn split_counts(&self) -> (u64, u64) {
+        self.recs.iter().fold((0, 0), |(z, c), r| {
+            if r.flags & ZCRX_RS_REC_COPY != 0 {
+                (z, c + r.len as u64)
+            } else {
+                (z + r.len as u64, c)
+            }
+        })
+    }
+}
+
+impl IntoIterator for Batch {
+    type Item = Buf;
+    type IntoIter = BufIter;
+
+    /// Each record as a [`Buf`] of its own, to keep some longer than others.
+    fn into_iter(mut self) -> BufIter {
+        let recs = std::mem::take(&mut self.recs);
+        BufIter { shared: self.shared.clone(), recs: recs.into_iter() }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.shared.give_back(&self.recs);
+    }
+}
+
+/// The records of a [`Batch`] as [`Buf`]s.
+pub struct BufIter {
+    shared: Arc<Shared>,
+    recs: std::vec::IntoIter<zcrx_rs_rec>,
+}
+
+impl Iterator for BufIter {
+    type Item = Buf;
+    fn next(&mut self) -> Option<Buf> {
+        self.recs.next().map(|rec| Buf { shared: self.shared.clone(), rec })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.recs.size_hint()
+    }
+}
+
+impl ExactSizeIterator for BufIter {}
+
+impl Drop for BufIter {
+    fn drop(&mut self) {
+        // Records never taken out go back too.
+        let rest: Vec<_> = self.recs.by_ref().collect();
+        self.shared.give_back(&rest);
+    }
+}
+
+/// One received record that owns its buffer: derefs to its bytes, goes back
+/// to the refill ring when dropped. `Send`: hand it to another thread or
+/// task and drop it there.
+pub struct Buf {
+    shared: Arc<Shared>,
+    rec: zcrx_rs_rec,
+}
+
+impl Buf {
+    /// Copied by the CPU (the NIC did not place these bytes).
+    pub fn is_copy(&self) -> bool {
+        self.rec.flags & ZCRX_RS_REC_COPY != 0
+    }
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.shared.bytes(&self.rec)
+    }
+}
+
+impl AsRef<[u8]> for Buf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        self.shared.give_back(std::slice::from_ref(&self.rec));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn context_and_buffers_cross_threads() {
+        assert_send_sync::<Context>();
+        assert_send_sync::<Batch>();
+        assert_send_sync::<Buf>();
+    }
+
+    #[test]
+    fn open_without_the_module_says_so() {
+        let e = match Context::open_at(Path::new("/nonexistent/zcrx"), 1 << 20) {
+            Err(e) => e,
+            Ok(_) => panic!("opened a device that does not exist"),
+        };
+        assert_eq!(e.kind(), ErrorKind::ModuleNotLoaded);
+        assert_eq!(e.op(), Op::Open);
+    }
+}
