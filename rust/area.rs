@@ -18,36 +18,37 @@ use kernel::{prelude::*, sync::Arc};
 
 use crate::mm::{
     dma::DmaDevice,
-    pin::{PinCharge, PinnedPages, PAGE_SIZE},
+    pin::{PinnedPages, PAGE_SIZE},
 };
 use crate::net::{
     netmem::{DmaUse, NetIovArea},
     provider::Uninstall,
 };
-use crate::stats::GLOBAL;
+use crate::stats::{GaugeShare, GLOBAL};
 use crate::uapi;
 
 /// A registered area.
 ///
 /// # Invariants
 ///
-/// `niovs` owns the pinned pages (one per buffer); field order drops it
-/// (and the pages, unless a DMA mapping still holds them) before the
-/// charge.
+/// `niovs` owns the pinned pages (one per buffer) and their charge (held
+/// by a DMA mapping too while it lasts); `_counted` is dropped last, so the
+/// `areas` gauge falls once the rest of the area is gone.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Area {
     #[pin]
     niovs: NetIovArea,
-    _charge: PinCharge,
     addr: u64,
+    _counted: GaugeShare,
 }
 
 impl Area {
     /// Registers `len` bytes of the caller's memory at `addr`.
     ///
     /// `EINVAL`: not page aligned, empty, too large or wrapping;
-    /// `ENOMEM`: over `RLIMIT_MEMLOCK` (see [`PinCharge`]); for the memory itself (`EFAULT`,
-    /// `EACCES`, `EOPNOTSUPP`) see [`PinnedPages::pin_current`].
+    /// `ENOMEM`: over `RLIMIT_MEMLOCK` (see [`crate::mm::pin::PinCharge`]); for
+    /// the memory itself (`EFAULT`, `EACCES`, `EOPNOTSUPP`) see
+    /// [`PinnedPages::pin_current`].
     pub(crate) fn register(addr: u64, len: u64) -> Result<Arc<Self>> {
         let page = PAGE_SIZE as u64;
         if addr % page != 0 || len % page != 0 || len == 0 || len > uapi::ZCRX_RS_AREA_MAX_LEN {
@@ -57,22 +58,19 @@ impl Area {
         let addr_usize = usize::try_from(addr).map_err(|_| EINVAL)?;
         let n = usize::try_from(len / page).map_err(|_| EINVAL)?;
 
-        let charge = PinCharge::charge_current(n)?;
         let pages = Arc::new(
-            PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE)?,
+            PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE, &GLOBAL.pinned_pages)?,
             GFP_KERNEL_ACCOUNT,
         )?;
         let niovs = NetIovArea::new(pages)?;
         let area = Arc::pin_init(
             try_pin_init!(Self {
                 niovs <- niovs,
-                _charge: charge,
                 addr,
+                _counted: GaugeShare::new(&GLOBAL.areas, 1),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
-        GLOBAL.areas.add(1);
-        GLOBAL.pinned_pages.add(n as u64);
         Ok(area)
     }
 
@@ -130,8 +128,6 @@ impl Area {
 #[pinned_drop]
 impl PinnedDrop for Area {
     fn drop(self: Pin<&mut Self>) {
-        GLOBAL.areas.sub(1);
-        GLOBAL.pinned_pages.sub(self.nbufs() as u64);
         let held = self.niovs.user_held();
         if held != 0 {
             pr_warn!(

@@ -4,7 +4,10 @@
 //! Counters: per binding (reported by `ZCRX_RS_IOC_STATS`) and module-wide
 //! counts of live objects (reported by `ZCRX_RS_IOC_INFO`, for leak checks).
 
-use kernel::sync::atomic::{ordering::Relaxed, Atomic};
+use kernel::sync::atomic::{
+    ordering::{Acquire, Relaxed, Release},
+    Atomic,
+};
 
 /// A relaxed event counter.
 pub(crate) struct Counter(Atomic<u64>);
@@ -20,14 +23,41 @@ impl Counter {
         self.0.add(n, Relaxed);
     }
 
-    /// Subtracts `n` (for gauges).
+    /// Subtracts `n` (for gauges), after everything this thread did before
+    /// (release): a reader that sees the gauge fall also sees what the
+    /// object released on its way out.
     pub(crate) fn sub(&self, n: u64) {
-        self.0.fetch_sub(n, Relaxed);
+        self.0.fetch_sub(n, Release);
     }
 
-    /// Current value.
+    /// Current value (acquire, pairs with [`Counter::sub`]).
     pub(crate) fn get(&self) -> u64 {
-        self.0.load(Relaxed)
+        self.0.load(Acquire)
+    }
+}
+
+/// `n` counted on a module-wide gauge while this lives.
+///
+/// As the last field of a struct it falls after every other field has been
+/// dropped, so a gauge at zero means the objects are gone *and* whatever
+/// they held (pins, charges, mappings) has been given back: `INFO` never
+/// reports "idle" while a process's `VmPin` is still charged.
+pub(crate) struct GaugeShare {
+    gauge: &'static Counter,
+    n: u64,
+}
+
+impl GaugeShare {
+    /// Adds `n` to `gauge` until dropped.
+    pub(crate) fn new(gauge: &'static Counter, n: u64) -> Self {
+        gauge.add(n);
+        Self { gauge, n }
+    }
+}
+
+impl Drop for GaugeShare {
+    fn drop(&mut self) {
+        self.gauge.sub(self.n);
     }
 }
 

@@ -319,10 +319,10 @@ impl MemoryProvider for Zcrx {
     }
 
     fn destroy(this: ArcBorrow<'_, Self>) {
-        GLOBAL.pools.sub(1);
         // The last pool of an unbound binding may have held the last
         // attached buffers: unmap if no share and no buffer uses the mapping.
         this.area.unmap_idle();
+        GLOBAL.pools.sub(1);
     }
 
     fn uninstall(this: ArcBorrow<'_, Self>, token: &Uninstall<'_>) {

@@ -19,10 +19,17 @@ use kernel::{
     ThisModule, //
 };
 
+use crate::stats::{Counter, GaugeShare};
+
 /// Size of a page.
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 
-/// User pages pinned with `FOLL_LONGTERM | FOLL_WRITE`.
+/// User pages pinned with `FOLL_LONGTERM | FOLL_WRITE`, with their charge.
+///
+/// The charge lives exactly as long as the pins (whoever holds the pages
+/// last, an area or a DMA mapping): the pages are unpinned first, then the
+/// charge is given back, then the gauge the pages are counted on falls
+/// (field order).
 ///
 /// # Invariants
 ///
@@ -30,6 +37,8 @@ pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 /// with `unpin_user_pages` on drop.
 pub(crate) struct PinnedPages {
     pages: KVVec<*mut bindings::page>,
+    _charge: PinCharge,
+    _counted: GaugeShare,
 }
 
 // SAFETY: pinned pages may be used and unpinned from any thread.
@@ -38,7 +47,8 @@ unsafe impl Send for PinnedPages {}
 unsafe impl Sync for PinnedPages {}
 
 impl PinnedPages {
-    /// Pins `npages` pages of the current process starting at `addr`.
+    /// Pins `npages` pages of the current process starting at `addr`,
+    /// charged to it (see [`PinCharge`]) and counted on `gauge` while pinned.
     ///
     /// One rule per case, checked on the mappings under the mmap lock, the
     /// same hold in which the pages are pinned (so the mappings cannot
@@ -51,16 +61,18 @@ impl PinnedPages {
     ///   long-term (a shared mapping of a file on a filesystem with
     ///   writeback);
     /// - `EACCES`: a mapping is not writable (read-only, `PROT_NONE`);
-    /// - `ENOMEM`: memory is short.
+    /// - `ENOMEM`: over `RLIMIT_MEMLOCK`, or memory is short.
     pub(crate) fn pin_current(
         addr: usize,
         npages: usize,
         refuse_owner: &ThisModule,
+        gauge: &'static Counter,
     ) -> Result<Self> {
         let end = npages
             .checked_mul(PAGE_SIZE)
             .and_then(|l| addr.checked_add(l))
             .ok_or(EINVAL)?;
+        let charge = PinCharge::charge_current(npages)?;
         let mut pages: KVVec<*mut bindings::page> =
             KVVec::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
         pages.resize(npages, core::ptr::null_mut(), GFP_KERNEL_ACCOUNT)?;
@@ -94,7 +106,11 @@ impl PinnedPages {
             });
         }
         // INVARIANT: all `npages` entries were pinned just now, once each.
-        Ok(Self { pages })
+        Ok(Self {
+            pages,
+            _charge: charge,
+            _counted: GaugeShare::new(gauge, npages as u64),
+        })
     }
 
     /// Number of pages.
