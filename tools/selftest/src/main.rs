@@ -19,6 +19,7 @@ macro_rules! tryo {
     };
 }
 
+mod clients;
 mod common;
 mod edges;
 mod errors;
@@ -86,6 +87,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
+    v.extend_from_slice(clients::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v
