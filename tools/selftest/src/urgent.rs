@@ -311,7 +311,10 @@ fn receive_urgent(
             continue;
         }
         rx.at_mark += 1;
-        while read_oob {
+        if !read_oob {
+            continue;
+        }
+        loop {
             match recv_oob(s) {
                 Ok(b) => {
                     exp.oob(b)?;

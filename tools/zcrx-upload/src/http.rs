@@ -274,9 +274,11 @@ impl Parser {
 mod tests {
     use super::*;
 
+    type Parsed = (Vec<Head>, Vec<Vec<u8>>, Vec<(u16, &'static str)>);
+
     /// Feeds `input` in pieces of `step` bytes; returns the heads, the
-    /// bodies and the number of completed requests.
-    fn run(input: &[u8], step: usize) -> (Vec<Head>, Vec<Vec<u8>>, Vec<(u16, &'static str)>) {
+    /// complete bodies and the errors.
+    fn run(input: &[u8], step: usize) -> Parsed {
         let mut p = Parser::default();
         let (mut heads, mut bodies, mut bad) = (Vec::new(), Vec::new(), Vec::new());
         let mut cur = Vec::new();
