@@ -115,6 +115,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	ret = zcrx_open(&z, NULL);
+	if (ret == -ENOENT)
+		die("zcrx_open /dev/zcrx (is the zcrx_rs module loaded?)", -ret);
 	if (ret)
 		die("zcrx_open /dev/zcrx", -ret);
 	ret = zcrx_register_area(z, (size_t)area_mib << 20);
