@@ -71,7 +71,8 @@ tools: toolchain libzcrx
 	@$(TOP)/scripts/stage.sh --lock tools tools $(CARGO) build --release --quiet --manifest-path $(TOP)/tools/Cargo.toml
 
 # libzcrx, installed into a staging prefix under tools/target, and its epoll
-# example built the way a user builds it: cc + pkg-config, nothing else.
+# example built the way a user builds it: cc + pkg-config (plus an rpath to
+# the staging prefix, so it runs from there without LD_LIBRARY_PATH).
 LIBZCRX_O      := $(TOP)/tools/target/libzcrx
 LIBZCRX_STAGE  := $(LIBZCRX_O)/prefix
 libzcrx:
@@ -79,7 +80,7 @@ libzcrx:
 		PREFIX=$(LIBZCRX_STAGE) install
 	@mkdir -p $(TOOLS_BIN)
 	@PKG_CONFIG_PATH=$(LIBZCRX_STAGE)/lib/pkgconfig sh -c 'cc $(TOP)/tools/libzcrx/examples/epoll-server.c \
-		$$(pkg-config --cflags --libs zcrx) -o $(TOOLS_BIN)/zcrx-epoll-server'
+		$$(pkg-config --cflags --libs zcrx) -Wl,-rpath,$(LIBZCRX_STAGE)/lib -o $(TOOLS_BIN)/zcrx-epoll-server'
 
 PREFIX ?= /usr/local
 install:
