@@ -13,6 +13,8 @@
 //! - For the tests and tools: a verifiable stream pattern, KTAP reporting,
 //!   kernel module handling.
 
+#![warn(missing_docs)]
+
 pub mod ctx;
 pub mod dev;
 pub mod error;
