@@ -416,39 +416,8 @@ fn pass_fd(fd: i32) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: both fds are ours now.
     let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
-    let mut cbuf = [0u64; 8];
-    // SAFETY: a msghdr over our buffers; CMSG macros within `cbuf`.
-    unsafe {
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf.as_mut_ptr().cast();
-        m.msg_controllen = libc::CMSG_SPACE(4) as _;
-        let c = libc::CMSG_FIRSTHDR(&m);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
-        if libc::sendmsg(a.as_raw_fd(), &m, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut m2: libc::msghdr = std::mem::zeroed();
-        let mut cbuf2 = [0u64; 8];
-        m2.msg_iov = &mut iov;
-        m2.msg_iovlen = 1;
-        m2.msg_control = cbuf2.as_mut_ptr().cast();
-        m2.msg_controllen = std::mem::size_of_val(&cbuf2) as _;
-        if libc::recvmsg(b.as_raw_fd(), &mut m2, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let c2 = libc::CMSG_FIRSTHDR(&m2);
-        if c2.is_null() || (*c2).cmsg_type != libc::SCM_RIGHTS {
-            return Err(std::io::Error::from_raw_os_error(libc::EBADMSG));
-        }
-        Ok(OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c2).cast::<i32>())))
-    }
+    zcrx::sys::send_fd(&a, &fd, &[0])?;
+    zcrx::sys::recv_fd(&b, &mut [0u8; 1]).map(|(fd, _)| fd)
 }
 
 fn fuzz_uapi(env: &Env) -> Outcome {

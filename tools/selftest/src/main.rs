@@ -29,6 +29,7 @@ mod lifecycle;
 mod net;
 mod nsim;
 mod stream;
+mod share;
 mod signed;
 mod soak;
 mod teardown;
@@ -88,6 +89,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
     v.extend_from_slice(clients::TESTS);
+    v.extend_from_slice(share::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v
@@ -151,6 +153,9 @@ fn main() {
     let mut fuzz_seed = None;
     let mut soak_seconds = 0u64;
     let mut args = std::env::args().skip(1);
+    if std::env::args().nth(1).as_deref() == Some("--child-refill") {
+        share::child_refill();
+    }
     if std::env::args().nth(1).as_deref() == Some("--child-register") {
         let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();
         if v.len() != 2 {

@@ -309,6 +309,13 @@ impl Zcrx {
         self.ring.as_ref().map(|r| (r.map.ptr as u64, r.map.len))
     }
 
+    /// The refill ring's layout in its mapping (offsets of head, tail and
+    /// the entries; the number of entries), if bound: for a process that
+    /// maps the ring through a shared context fd.
+    pub fn ring_layout(&self) -> Option<(zcrx_rs_ring_offsets, u32)> {
+        self.ring.as_ref().map(|r| (r.offsets, r.entries))
+    }
+
     /// Room left in the refill ring.
     pub fn refill_room(&self) -> usize {
         self.ring.as_ref().map_or(0, Ring::room)

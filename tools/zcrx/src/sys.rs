@@ -69,6 +69,55 @@ pub fn errno_name(e: i32) -> &'static str {
     }
 }
 
+/// Sends `fd` over the Unix socket `sock` (`SCM_RIGHTS`), with `data` (at
+/// least one byte) as the message.
+pub fn send_fd(sock: &impl AsRawFd, fd: &impl AsRawFd, data: &[u8]) -> io::Result<()> {
+    assert!(!data.is_empty(), "SCM_RIGHTS needs a byte of data");
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: a msghdr over our buffers (the kernel only reads `data`);
+    // CMSG_FIRSTHDR/CMSG_DATA stay within `cbuf` (CMSG_SPACE(4) <= 64).
+    unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let c = libc::CMSG_FIRSTHDR(&m);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
+        cvt(libc::sendmsg(sock.as_raw_fd(), &m, 0) as libc::c_long)?;
+    }
+    Ok(())
+}
+
+/// Receives a message with one fd (`SCM_RIGHTS`) from the Unix socket
+/// `sock` into `buf`: the fd and the message's length.
+pub fn recv_fd(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(OwnedFd, usize)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: a msghdr over our buffers; the kernel writes at most
+    // `msg_controllen` bytes of control data into `cbuf`; CMSG_FIRSTHDR
+    // returns NULL or a header inside it.
+    unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let n = cvt(libc::recvmsg(sock.as_raw_fd(), &mut m, libc::MSG_CMSG_CLOEXEC) as libc::c_long)?;
+        let c = libc::CMSG_FIRSTHDR(&m);
+        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS {
+            return Err(io::Error::from_raw_os_error(libc::EBADMSG));
+        }
+        // The kernel installed this fd for us; nothing else owns it.
+        let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()));
+        Ok((fd, n as usize))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
