@@ -11,7 +11,8 @@
 //! and uncharged when the last page pool that used it is gone.
 //!
 //! ioctls (see `tools/include/uapi/linux/zcrx_rs.h`): INFO, REGISTER_AREA,
-//! BIND, RECV, STATS, UNBIND; mmap at offset 0 maps the refill ring.
+//! BIND, RECV, STATS, UNBIND, UNREGISTER_AREA; mmap at offset 0 maps the
+//! refill ring.
 //!
 //! Lock order: mmap_lock → `inner`. So `inner` is never held while user
 //! memory is touched (copies, pinning) and is only taken briefly.
@@ -80,6 +81,7 @@ impl MiscDevice for Context {
             uapi::IOC_RECV => me.recv(user, file),
             uapi::IOC_STATS => me.stats(user),
             uapi::IOC_UNBIND => me.unbind(),
+            uapi::IOC_UNREGISTER_AREA => me.unregister_area(),
             _ => Err(ENOTTY),
         }
     }
@@ -96,7 +98,7 @@ impl Context {
         let info = zcrx_rs_info {
             api_version: ZCRX_RS_API_VERSION,
             page_size: PAGE_SIZE as u32,
-            features: 0,
+            features: u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
             pinned_pages: GLOBAL.pinned_pages.get(),
@@ -257,6 +259,50 @@ impl Context {
     fn unbind(&self) -> Result<isize> {
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
         zcrx.unbind()?;
+        Ok(0)
+    }
+
+    /// Gives the area up: not while bound (`EBUSY`), nor while any buffer
+    /// is away from the free list (`EBUSY`: the user holds it, or a page
+    /// pool or socket of the earlier binding still does); `EINVAL` without
+    /// an area. The binding's state and refill ring go with it; the area
+    /// is unpinned and uncharged when its last reference goes (now, unless
+    /// a dying page pool still refers to it).
+    fn unregister_area(&self) -> Result<isize> {
+        let (area, zcrx) = {
+            let inner = self.inner.lock();
+            let area = inner.area.clone().ok_or(EINVAL)?;
+            if inner.zcrx.as_ref().is_some_and(|z| z.is_bound()) {
+                return Err(EBUSY);
+            }
+            (area, inner.zcrx.clone())
+        };
+        if let Some(z) = &zcrx {
+            // What the user put on the ring since UNBIND goes home first.
+            z.drain_refill();
+        }
+        if area.free_count() != area.nbufs() {
+            return Err(EBUSY);
+        }
+        let taken = {
+            let mut inner = self.inner.lock();
+            let same_area = inner.area.as_ref().is_some_and(|a| Arc::ptr_eq(a, &area));
+            let same_zcrx = match (&inner.zcrx, &zcrx) {
+                (None, None) => true,
+                (Some(cur), Some(z)) => Arc::ptr_eq(cur, z),
+                _ => false,
+            };
+            if !same_area || !same_zcrx {
+                // Another thread bound or unregistered meanwhile.
+                return Err(EBUSY);
+            }
+            (inner.zcrx.take(), inner.area.take())
+        };
+        // Out of the lock: dropping the area unpins (lock order, see top).
+        if let Some(z) = taken.0 {
+            z.scrub();
+        }
+        drop(taken.1);
         Ok(0)
     }
 }

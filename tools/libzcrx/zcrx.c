@@ -25,6 +25,7 @@ _Static_assert(offsetof(struct zcrx_rec, len) == offsetof(struct zcrx_rs_rec, le
 _Static_assert(offsetof(struct zcrx_rec, flags) == offsetof(struct zcrx_rs_rec, flags), "flags");
 _Static_assert(ZCRX_REC_COPY == ZCRX_RS_REC_COPY, "copy flag");
 _Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
+_Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, "feature");
 
 struct zcrx {
 	int fd;
@@ -262,6 +263,22 @@ EXPORT int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
 EXPORT int zcrx_unbind(struct zcrx *z)
 {
 	return xioctl(z->fd, ZCRX_RS_IOC_UNBIND, NULL);
+}
+
+EXPORT int zcrx_unregister_area(struct zcrx *z)
+{
+	int ret = xioctl(z->fd, ZCRX_RS_IOC_UNREGISTER_AREA, NULL);
+
+	if (ret)
+		return ret;
+	unmap_ring(z);
+	if (z->area_ours)
+		munmap(z->area, z->area_len);
+	z->area = NULL;
+	z->area_len = 0;
+	z->area_ours = false;
+	z->wait_start = z->wait_end = 0;
+	return 0;
 }
 
 EXPORT ssize_t zcrx_recv(struct zcrx *z, int sockfd, struct zcrx_rec *recs,

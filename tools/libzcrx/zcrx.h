@@ -59,6 +59,9 @@ struct zcrx_stats {
 	uint64_t __resv[6];	/* zero; later counters go here */
 };
 
+/* zcrx_info() feature bits */
+#define ZCRX_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* zcrx_unregister_area() */
+
 /* What the loaded module supports (zcrx_info()). */
 struct zcrx_info {
 	uint32_t api_version;	/* the module's uAPI version */
@@ -102,6 +105,11 @@ int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
 int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
 		      unsigned int rq_entries);
 int zcrx_unbind(struct zcrx *z);
+
+/* Gives the area up so that another can be registered: -EBUSY while bound
+ * or while any buffer is away (call again once they are home), -EINVAL
+ * without one, -ENOTTY if the module lacks ZCRX_FEATURE_UNREGISTER_AREA. */
+int zcrx_unregister_area(struct zcrx *z);
 
 /* Receives from connected TCP socket @sockfd into at most *@nr records;
  * sets *@nr to the number filled. Returns the bytes they describe, 0 at

@@ -270,6 +270,18 @@ impl Zcrx {
         ioctl(&self.fd, IOC_UNBIND as _, 0).map(|_| ())
     }
 
+    /// `ZCRX_RS_IOC_UNREGISTER_AREA`: gives the area up (not while bound,
+    /// nor while any buffer is away: `EBUSY`). On success the area and the
+    /// refill ring are unmapped here, refill entries still waiting are
+    /// dropped (their buffers came home), and another area can be
+    /// registered.
+    pub fn unregister_area(&mut self) -> io::Result<()> {
+        ioctl(&self.fd, IOC_UNREGISTER_AREA as _, 0)?;
+        self.ring = None;
+        self.area = None;
+        Ok(())
+    }
+
     /// Receives from TCP socket `sock` into `recs` (flags:
     /// `ZCRX_RS_RECV_DONTWAIT`). The bytes are in the area at each record's
     /// offset until the record is given back with [`Zcrx::refill`].

@@ -48,6 +48,8 @@ pub const IOC_STATS: u32 =
     ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS, core::mem::size_of::<zcrx_rs_stats>());
 /// `ZCRX_RS_IOC_UNBIND`
 pub const IOC_UNBIND: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND, 0);
+/// `ZCRX_RS_IOC_UNREGISTER_AREA`
+pub const IOC_UNREGISTER_AREA: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA, 0);
 
 #[cfg(test)]
 mod tests {
@@ -110,7 +112,7 @@ mod tests {
         "S(zcrx_rs_rec) O(zcrx_rs_rec, off) O(zcrx_rs_rec, len) O(zcrx_rs_rec, flags)",
         "S(zcrx_rs_recv) O(zcrx_rs_recv, sockfd) O(zcrx_rs_recv, flags) O(zcrx_rs_recv, recs) O(zcrx_rs_recv, nr_recs) O(zcrx_rs_recv, __pad) O(zcrx_rs_recv, bytes) O(zcrx_rs_recv, __resv)",
         "S(zcrx_rs_stats) O(zcrx_rs_stats, zc_bytes) O(zcrx_rs_stats, copy_records) O(zcrx_rs_stats, user_held) O(zcrx_rs_stats, free_buffers) O(zcrx_rs_stats, __resv)",
-        "I(ZCRX_RS_IOC_INFO) I(ZCRX_RS_IOC_REGISTER_AREA) I(ZCRX_RS_IOC_BIND) I(ZCRX_RS_IOC_RECV) I(ZCRX_RS_IOC_STATS) I(ZCRX_RS_IOC_UNBIND)",
+        "I(ZCRX_RS_IOC_INFO) I(ZCRX_RS_IOC_REGISTER_AREA) I(ZCRX_RS_IOC_BIND) I(ZCRX_RS_IOC_RECV) I(ZCRX_RS_IOC_STATS) I(ZCRX_RS_IOC_UNBIND) I(ZCRX_RS_IOC_UNREGISTER_AREA)",
     ];
 
     fn rust_values() -> Vec<(String, u64)> {
@@ -148,6 +150,7 @@ mod tests {
             ("ZCRX_RS_IOC_RECV".into(), IOC_RECV as u64),
             ("ZCRX_RS_IOC_STATS".into(), IOC_STATS as u64),
             ("ZCRX_RS_IOC_UNBIND".into(), IOC_UNBIND as u64),
+            ("ZCRX_RS_IOC_UNREGISTER_AREA".into(), IOC_UNREGISTER_AREA as u64),
         ]
     }
 

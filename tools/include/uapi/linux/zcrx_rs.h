@@ -37,7 +37,7 @@
 struct zcrx_rs_info {
 	__u32	api_version;		/* out: ZCRX_RS_API_VERSION */
 	__u32	page_size;		/* out: buffer size */
-	__u64	features;		/* out: zero for now */
+	__u64	features;		/* out: ZCRX_RS_FEATURE_* */
 	__u64	contexts;		/* out: open contexts, this one included */
 	__u64	areas;			/* out: registered areas alive */
 	__u64	pinned_pages;		/* out: user pages pinned by all areas */
@@ -46,6 +46,9 @@ struct zcrx_rs_info {
 	__u64	pools;			/* out: page pools using zcrx_rs */
 	__u64	__resv[3];		/* out: zero */
 };
+
+/* INFO features: what this module supports beyond API version 1's base. */
+#define ZCRX_RS_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* ZCRX_RS_IOC_UNREGISTER_AREA */
 
 /* ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers. */
 struct zcrx_rs_area_reg {
@@ -128,6 +131,7 @@ struct zcrx_rs_stats {
 #define ZCRX_RS_IOC_NR_RECV		0x04
 #define ZCRX_RS_IOC_NR_STATS		0x05
 #define ZCRX_RS_IOC_NR_UNBIND		0x06
+#define ZCRX_RS_IOC_NR_UNREGISTER_AREA	0x07
 
 #define ZCRX_RS_IOC_INFO	_IOR(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO, struct zcrx_rs_info)
 #define ZCRX_RS_IOC_REGISTER_AREA \
@@ -136,5 +140,13 @@ struct zcrx_rs_stats {
 #define ZCRX_RS_IOC_RECV	_IOWR(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_RECV, struct zcrx_rs_recv)
 #define ZCRX_RS_IOC_STATS	_IOR(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS, struct zcrx_rs_stats)
 #define ZCRX_RS_IOC_UNBIND	_IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND)
+/*
+ * ZCRX_RS_IOC_UNREGISTER_AREA: give the area up (unpinned, uncharged) so
+ * that another can be registered. Only while not bound and with every
+ * buffer home: EBUSY otherwise (give buffers back; a pool of the earlier
+ * binding may still be draining). The refill ring goes with it.
+ */
+#define ZCRX_RS_IOC_UNREGISTER_AREA \
+	_IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA)
 
 #endif /* _UAPI_LINUX_ZCRX_RS_H */

@@ -6,6 +6,7 @@
 pub const ZCRX_RS_API_VERSION: u32 = 1;
 pub const ZCRX_RS_AREA_MAX_LEN: u64 = 4294967296;
 pub const ZCRX_RS_RQ_MAX_ENTRIES: u32 = 32768;
+pub const ZCRX_RS_FEATURE_UNREGISTER_AREA: u32 = 1;
 pub const ZCRX_RS_REC_COPY: u32 = 1;
 pub const ZCRX_RS_RECV_DONTWAIT: u32 = 1;
 pub const ZCRX_RS_IOC_MAGIC: u32 = 189;
@@ -15,6 +16,7 @@ pub const ZCRX_RS_IOC_NR_BIND: u32 = 3;
 pub const ZCRX_RS_IOC_NR_RECV: u32 = 4;
 pub const ZCRX_RS_IOC_NR_STATS: u32 = 5;
 pub const ZCRX_RS_IOC_NR_UNBIND: u32 = 6;
+pub const ZCRX_RS_IOC_NR_UNREGISTER_AREA: u32 = 7;
 pub type __s32 = ::core::ffi::c_int;
 pub type __u32 = ::core::ffi::c_uint;
 pub type __u64 = ::core::ffi::c_ulonglong;
