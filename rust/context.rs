@@ -14,8 +14,13 @@
 //! BIND, RECV, STATS, UNBIND, UNREGISTER_AREA; mmap at offset 0 maps the
 //! refill ring.
 //!
-//! Lock order: mmap_lock → `inner`. So `inner` is never held while user
-//! memory is touched (copies, pinning) and is only taken briefly.
+//! Lock order: `ctl` → mmap_lock → `inner`. So `inner` is never held while
+//! user memory is touched (copies, pinning) and is only taken briefly;
+//! `ctl` makes the calls that change what the context holds (REGISTER_AREA,
+//! BIND, UNBIND, UNREGISTER_AREA) one at a time, so that none of them acts
+//! on a state another one changed meanwhile (a BIND publishing a binding of
+//! an area an UNREGISTER_AREA just gave up). RECV does not take it: it may
+//! block for long. UNREGISTER_AREA answers `EBUSY` while a RECV runs.
 
 use kernel::{
     fs::File,
@@ -43,13 +48,27 @@ const MAX_RECS: u32 = 1 << 16;
 struct Inner {
     area: Option<Arc<Area>>,
     zcrx: Option<Arc<Zcrx>>,
+    /// RECV calls running (on `zcrx`, or on one it replaced).
+    recvs: usize,
 }
 
 /// Per-open state.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Context {
+    /// Held across the calls that change `inner`'s area or binding.
+    #[pin]
+    ctl: Mutex<()>,
     #[pin]
     inner: Mutex<Inner>,
+}
+
+/// A RECV in progress: counted in `Inner::recvs` while it lives.
+struct RecvInFlight<'a>(&'a Context);
+
+impl Drop for RecvInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.inner.lock().recvs -= 1;
+    }
 }
 
 fn is_zero(v: &[u64]) -> bool {
@@ -63,7 +82,15 @@ impl MiscDevice for Context {
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         let ctx = KBox::try_pin_init(
             try_pin_init!(Context {
-                inner <- new_mutex!(Inner { area: None, zcrx: None }, "Context::inner"),
+                ctl <- new_mutex!((), "Context::ctl"),
+                inner <- new_mutex!(
+                    Inner {
+                        area: None,
+                        zcrx: None,
+                        recvs: 0
+                    },
+                    "Context::inner"
+                ),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -98,7 +125,7 @@ impl Context {
         let info = zcrx_rs_info {
             api_version: ZCRX_RS_API_VERSION,
             page_size: PAGE_SIZE as u32,
-            features: u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA),
+            features: u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA | ZCRX_RS_FEATURE_BIND_NODEV),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
             pinned_pages: GLOBAL.pinned_pages.get(),
@@ -111,6 +138,7 @@ impl Context {
     }
 
     fn register_area(&self, user: UserSlice) -> Result<isize> {
+        let _ctl = self.ctl.lock();
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_area_reg = r.read()?;
         if req.flags != 0 || req.area_id != 0 || !is_zero(&req.__resv) {
@@ -135,9 +163,12 @@ impl Context {
     }
 
     fn bind(&self, user: UserSlice) -> Result<isize> {
+        let _ctl = self.ctl.lock();
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_bind = r.read()?;
-        if req.flags != 0
+        let nodev = req.flags & ZCRX_RS_BIND_NODEV != 0;
+        if req.flags & !ZCRX_RS_BIND_NODEV != 0
+            || (nodev && (req.ifindex != 0 || req.rxq != 0))
             || !is_zero(&req.__resv)
             || req.offsets.head != 0
             || req.offsets.tail != 0
@@ -147,8 +178,9 @@ impl Context {
         {
             return Err(EINVAL);
         }
-        // A bound queue sees the traffic of every socket steered to it.
-        if !crate::net::capable_net_admin() {
+        // A bound queue sees the traffic of every socket steered to it; a
+        // copy-only context reads only sockets its caller has.
+        if !nodev && !crate::net::capable_net_admin() {
             return Err(EPERM);
         }
         let entries = refill::ring_entries(req.rq_entries)?;
@@ -172,7 +204,11 @@ impl Context {
             // device answers EBUSY until then).
             old.drain_refill();
         }
-        let zcrx = Zcrx::bind(area, req.ifindex, req.rxq, entries)?;
+        let zcrx = if nodev {
+            Zcrx::copy_only(area, entries)?
+        } else {
+            Zcrx::bind(area, req.ifindex, req.rxq, entries)?
+        };
         req.rq_entries = entries;
         req.offsets = zcrx_rs_ring_offsets {
             head: HEAD_OFF,
@@ -219,7 +255,12 @@ impl Context {
             // Like recv() with a NULL buffer.
             return Err(EFAULT);
         }
-        let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
+        let (zcrx, _running) = {
+            let mut inner = self.inner.lock();
+            let zcrx = inner.zcrx.clone().ok_or(EINVAL)?;
+            inner.recvs += 1;
+            (zcrx, RecvInFlight(self))
+        };
         let sock = TcpSocket::from_fd(req.sockfd)?;
         let nonblock = req.flags & ZCRX_RS_RECV_DONTWAIT != 0 || sock.nonblocking();
         let len = req.nr_recs as usize * core::mem::size_of::<zcrx_rs_rec>();
@@ -257,6 +298,7 @@ impl Context {
     }
 
     fn unbind(&self) -> Result<isize> {
+        let _ctl = self.ctl.lock();
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
         zcrx.unbind()?;
         Ok(0)
@@ -269,6 +311,7 @@ impl Context {
     /// is unpinned and uncharged when its last reference goes (now, unless
     /// a dying page pool still refers to it).
     fn unregister_area(&self) -> Result<isize> {
+        let _ctl = self.ctl.lock();
         let (area, zcrx) = {
             let inner = self.inner.lock();
             let area = inner.area.clone().ok_or(EINVAL)?;
@@ -292,8 +335,10 @@ impl Context {
                 (Some(cur), Some(z)) => Arc::ptr_eq(cur, z),
                 _ => false,
             };
-            if !same_area || !same_zcrx {
-                // Another thread bound or unregistered meanwhile.
+            if !same_area || !same_zcrx || inner.recvs != 0 {
+                // A RECV runs (it could still hand out buffers of the
+                // area), or the state changed meanwhile (not with `ctl`
+                // held; kept as a check).
                 return Err(EBUSY);
             }
             (inner.zcrx.take(), inner.area.take())

@@ -48,6 +48,9 @@ pub(crate) enum BindState {
     Unbound,
     /// The device went away while bound (its `uninstall`).
     DeviceGone,
+    /// Copy-only (`ZCRX_RS_BIND_NODEV`): never bound to a queue; every byte
+    /// received is copied into the area.
+    NoDev,
 }
 
 /// One bound rx queue.
@@ -159,6 +162,30 @@ impl Zcrx {
         }
     }
 
+    /// A copy-only context's state: `area` and a refill ring of `entries`
+    /// entries, no queue, no DMA mapping. No page pool can ever use it
+    /// (`init` refuses a pool of another DMA device, and this one has none),
+    /// so receiving copies every byte into free buffers of the area.
+    pub(crate) fn copy_only(area: Arc<Area>, entries: u32) -> Result<Arc<Self>> {
+        let ring = RefillRing::new(entries)?;
+        let zcrx = Arc::pin_init(
+            try_pin_init!(Self {
+                area,
+                ring,
+                ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
+                state <- new_mutex!(BindState::NoDev, "Zcrx::state"),
+                dma <- new_mutex!(None, "Zcrx::dma"),
+                dma_dev_id: 0,
+                rxq: u32::MAX,
+                slot: BindingSlot::new(),
+                stats: Stats::new(),
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )?;
+        GLOBAL.providers.add(1);
+        Ok(zcrx)
+    }
+
     /// The area.
     pub(crate) fn area(&self) -> &Arc<Area> {
         &self.area
@@ -175,13 +202,17 @@ impl Zcrx {
     }
 
     /// Unbinds the queue (it restarts without us). `EINVAL` if it was
-    /// unbound already, `ENODEV` if the device went away meanwhile.
+    /// unbound already or never bound (copy-only), `ENODEV` if the device went away meanwhile.
     pub(crate) fn unbind(&self) -> Result {
         let binding = {
             let mut st = self.state.lock();
             match core::mem::replace(&mut *st, BindState::Unbound) {
                 BindState::Bound(b) => b,
                 BindState::Unbound | BindState::New => return Err(EINVAL),
+                BindState::NoDev => {
+                    *st = BindState::NoDev;
+                    return Err(EINVAL);
+                }
                 BindState::DeviceGone => {
                     *st = BindState::DeviceGone;
                     return Err(ENODEV);

@@ -679,7 +679,10 @@ impl PinnedDrop for NetIovArea {
         if this.any_attached() {
             // A pool still uses our net_iovs (and may DMA into the pages):
             // leak them, their area and the mapping rather than free them.
-            pr_warn!("net_iov area dropped with buffers in a page pool: leaking it\n");
+            // The mapping holds the pinned pages, and they their charge: the
+            // pages stay pinned and charged to the user (RLIMIT_MEMLOCK,
+            // VmPin) until reboot, as they must while a device may write.
+            pr_warn!("net_iov area dropped with buffers in a page pool: leaking it, its pages stay pinned and charged\n");
             core::mem::forget(this.dma.lock().take());
             return;
         }

@@ -26,6 +26,7 @@ _Static_assert(offsetof(struct zcrx_rec, flags) == offsetof(struct zcrx_rs_rec, 
 _Static_assert(ZCRX_REC_COPY == ZCRX_RS_REC_COPY, "copy flag");
 _Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
 _Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, "feature");
+_Static_assert(ZCRX_FEATURE_BIND_NODEV == ZCRX_RS_FEATURE_BIND_NODEV, "feature");
 
 struct zcrx {
 	int fd;
@@ -209,10 +210,10 @@ static void flush_wait(struct zcrx *z)
 		z->wait_start = z->wait_end = 0;
 }
 
-EXPORT int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex,
-			     unsigned int rxq, unsigned int rq_entries)
+static int bind_flags(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
+		      unsigned int rq_entries, unsigned int flags)
 {
-	struct zcrx_rs_bind b = { .ifindex = ifindex, .rxq = rxq };
+	struct zcrx_rs_bind b = { .ifindex = ifindex, .rxq = rxq, .flags = flags };
 	void *p;
 	int ret;
 
@@ -248,6 +249,17 @@ EXPORT int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex,
 	z->tail_local = atomic_load_explicit(z->tail, memory_order_relaxed);
 	flush_wait(z);
 	return 0;
+}
+
+EXPORT int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex,
+			     unsigned int rxq, unsigned int rq_entries)
+{
+	return bind_flags(z, ifindex, rxq, rq_entries, 0);
+}
+
+EXPORT int zcrx_bind_nodev(struct zcrx *z, unsigned int rq_entries)
+{
+	return bind_flags(z, 0, 0, rq_entries, ZCRX_RS_BIND_NODEV);
 }
 
 EXPORT int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,

@@ -61,6 +61,7 @@ struct zcrx_stats {
 
 /* zcrx_info() feature bits */
 #define ZCRX_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* zcrx_unregister_area() */
+#define ZCRX_FEATURE_BIND_NODEV		(1ULL << 1)	/* zcrx_bind_nodev() */
 
 /* What the loaded module supports (zcrx_info()). */
 struct zcrx_info {
@@ -105,6 +106,14 @@ int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
 int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
 		      unsigned int rq_entries);
 int zcrx_unbind(struct zcrx *z);
+
+/* Makes the context copy-only: no queue and no CAP_NET_ADMIN; zcrx_recv() then
+ * works on any connected TCP socket (loopback, veth, a NIC without header
+ * split) and copies every byte into area buffers (ZCRX_REC_COPY), so that
+ * one program runs everywhere and is zero-copy where a bound queue allows.
+ * Maps the refill ring as zcrx_bind() does; -EBUSY while bound, -EINVAL
+ * if the module lacks ZCRX_FEATURE_BIND_NODEV. */
+int zcrx_bind_nodev(struct zcrx *z, unsigned int rq_entries);
 
 /* Gives the area up so that another can be registered: -EBUSY while bound
  * or while any buffer is away (call again once they are home), -EINVAL

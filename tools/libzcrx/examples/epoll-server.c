@@ -5,6 +5,7 @@
  *
  *   cc epoll-server.c $(pkg-config --cflags --libs zcrx) -o epoll-server
  *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-n CONNECTIONS]
+ *   ./epoll-server -p 5201            (no queue: a copy-only context, any NIC)
  *
  * For each connection it prints, at its end, the bytes received, how many
  * came zero-copy and how many were copied, and an FNV-1a 64-bit hash of
@@ -105,13 +106,14 @@ int main(int argc, char **argv)
 		case 'a': area_mib = atol(optarg); break;
 		case 'n': want = atol(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s -i IFNAME -q QUEUE [-p PORT] [-a AREA_MIB] [-n CONNECTIONS]\n",
+			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-n CONNECTIONS]\n"
+				"without -i and -q: a copy-only context (every byte copied, any NIC)\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (!ifname || queue < 0) {
-		fprintf(stderr, "epoll-server: -i IFNAME and -q QUEUE are required\n");
+	if (!ifname != (queue < 0)) {
+		fprintf(stderr, "epoll-server: -i IFNAME and -q QUEUE go together\n");
 		return 2;
 	}
 	ret = zcrx_open(&z, NULL);
@@ -122,15 +124,24 @@ int main(int argc, char **argv)
 	ret = zcrx_register_area(z, (size_t)area_mib << 20);
 	if (ret)
 		die("zcrx_register_area", -ret);
-	ret = zcrx_bind(z, ifname, queue, 0);
-	if (ret)
-		die("zcrx_bind", -ret);
+	if (ifname) {
+		ret = zcrx_bind(z, ifname, queue, 0);
+		if (ret)
+			die("zcrx_bind", -ret);
+	} else {
+		ret = zcrx_bind_nodev(z, 0);
+		if (ret)
+			die("zcrx_bind_nodev (module without copy-only contexts?)", -ret);
+	}
 
 	lfd = listen_on(port);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
-	printf("listening on port %d, zero-copy from %s queue %d\n", port, ifname, queue);
+	if (ifname)
+		printf("listening on port %d, zero-copy from %s queue %d\n", port, ifname, queue);
+	else
+		printf("listening on port %d, copy-only (no queue bound)\n", port);
 	fflush(stdout);
 
 	while (!want || done < want) {

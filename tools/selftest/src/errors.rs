@@ -178,7 +178,14 @@ fn bind_bad_inputs(env: &Env) -> Outcome {
             ioctl(&RawFdRef(z.raw_fd()), IOC_BIND as _, &mut b as *mut _ as usize),
             libc::EINVAL,
         )?;
+        expect_errno(
+            "BIND NODEV with an ifindex",
+            z.bind_flags(a_idx, 0, 64, ZCRX_RS_BIND_NODEV),
+            libc::EINVAL,
+        )?;
+        expect_errno("BIND NODEV with an rxq", z.bind_flags(0, 1, 64, ZCRX_RS_BIND_NODEV), libc::EINVAL)?;
         z.bind(a_idx, 0, 64).map_err(|e| format!("good BIND: {e}"))?;
+        expect_errno("BIND NODEV while bound", z.bind_nodev(64), libc::EBUSY)?;
         expect_errno("second BIND", z.bind(a_idx, 1, 64), libc::EBUSY)?;
         // Another context on the same queue.
         let mut z2 = Zcrx::open().map_err(|e| e.to_string())?;

@@ -216,10 +216,12 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                     let ent = rng.pick(&[0u32, 1, 64, 4096, 40000]);
                     // A successful bind replaces (unmaps) the old ring.
                     forget_ring(&sh, c);
-                    let r = c.z.bind(sh.a_idx, rxq, ent);
-                    t.note("bind", &r);
+                    // One in five a copy-only context (no queue).
+                    let nodev = rng.pct(20);
+                    let r = if nodev { c.z.bind_nodev(ent) } else { c.z.bind(sh.a_idx, rxq, ent) };
+                    t.note(if nodev { "bind_nodev" } else { "bind" }, &r);
                     if r.is_ok() {
-                        c.bound = true;
+                        c.bound = !nodev;
                         if let Some(m) = c.z.ring_mapping() {
                             let mut rings = sh.rings.lock().unwrap();
                             rings.insert(0, m);

@@ -21,6 +21,7 @@ macro_rules! tryo {
 
 mod clients;
 mod common;
+mod copyonly;
 mod edges;
 mod errors;
 mod faults;
@@ -90,6 +91,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(teardown::TESTS);
     v.extend_from_slice(clients::TESTS);
     v.extend_from_slice(share::TESTS);
+    v.extend_from_slice(copyonly::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v
@@ -155,6 +157,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     if std::env::args().nth(1).as_deref() == Some("--child-refill") {
         share::child_refill();
+    }
+    if std::env::args().nth(1).as_deref() == Some("--child-copy-only") {
+        let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();
+        if v.len() != 2 {
+            usage();
+        }
+        copyonly::child_copy_only(v[0] as u16, v[1]);
     }
     if std::env::args().nth(1).as_deref() == Some("--child-register") {
         let v: Vec<u64> = std::env::args().skip(2).filter_map(|a| a.parse().ok()).collect();

@@ -16,7 +16,9 @@
 //! copies. It listens on IPv6 and IPv4 (`[::]`, unless
 //! net.ipv6.bindv6only is set; `-4`: IPv4 only), `-k` keeps listening for
 //! the next connection, `-v` prints a progress line, `--json` prints the
-//! statistics of each connection as one JSON object.
+//! statistics of each connection as one JSON object. `--no-bind` binds no
+//! queue (a copy-only context: any TCP path, loopback included, every byte
+//! copied; no CAP_NET_ADMIN needed).
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
@@ -33,6 +35,7 @@ struct Opts {
     port: u16,
     v6: bool,
     area_mib: usize,
+    no_bind: bool,
     out: Output,
     keep: bool,
     verbose: bool,
@@ -47,9 +50,10 @@ enum Output {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: zcrx-nc --dev IFNAME --queue N --port P [-4|-6] [--area MIB]\n\
-         \x20              [--discard | --check SEED] [-k] [-v] [--json]\n\
+        "usage: zcrx-nc (--dev IFNAME --queue N | --no-bind) --port P [-4|-6]\n\
+         \x20              [--area MIB] [--discard | --check SEED] [-k] [-v] [--json]\n\
          Receives a TCP connection zero-copy; payload to stdout, stats to stderr.\n\
+         \x20 --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)\n\
          \x20 -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])\n\
          \x20 --area MIB    receive memory (default 64)\n\
          \x20 --discard     drop the payload\n\
@@ -68,6 +72,7 @@ fn parse() -> Opts {
         port: 0,
         v6: true,
         area_mib: 64,
+        no_bind: false,
         out: Output::Stdout,
         keep: false,
         verbose: false,
@@ -81,6 +86,7 @@ fn parse() -> Opts {
             "--queue" => o.queue = val().parse().unwrap_or_else(|_| usage()),
             "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
             "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
+            "--no-bind" => o.no_bind = true,
             "--discard" => o.out = Output::Discard,
             "--check" => o.out = Output::Check(val().parse().unwrap_or_else(|_| usage())),
             "-4" => o.v6 = false,
@@ -91,7 +97,9 @@ fn parse() -> Opts {
             _ => usage(),
         }
     }
-    if o.dev.is_empty() || o.port == 0 {
+    // Either a queue to bind or --no-bind, not both.
+    let mode_ok = if o.no_bind { o.dev.is_empty() } else { !o.dev.is_empty() };
+    if !mode_ok || o.port == 0 {
         usage();
     }
     o
@@ -104,14 +112,19 @@ fn die(what: &str, e: io::Error) -> ! {
 
 fn main() {
     let o = parse();
-    let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
-
     // 1. The memory and the queue: bind before the connection exists, so
     //    that its first bytes already land in our buffers.
     let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx (is zcrx_rs loaded?)", e));
     z.register_area(o.area_mib << 20).unwrap_or_else(|e| die("register area", e));
-    z.bind(ifindex, o.queue, 0)
-        .unwrap_or_else(|e| die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, o.queue), e));
+    let bound = if o.no_bind {
+        z.bind_nodev(0).unwrap_or_else(|e| die("copy-only context (--no-bind; module too old?)", e));
+        "no queue: copy-only".to_string()
+    } else {
+        let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
+        z.bind(ifindex, o.queue, 0)
+            .unwrap_or_else(|e| die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, o.queue), e));
+        format!("{} queue {}", o.dev, o.queue)
+    };
 
     // 2. An ordinary TCP socket.
     let addr: SocketAddr = if o.v6 {
@@ -120,7 +133,7 @@ fn main() {
         (Ipv4Addr::UNSPECIFIED, o.port).into()
     };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
-    eprintln!("zcrx-nc: listening on {addr}, {} queue {}", o.dev, o.queue);
+    eprintln!("zcrx-nc: listening on {addr}, {bound}");
     let pattern = match o.out {
         Output::Check(seed) => Some(Pattern::new(seed)),
         _ => None,

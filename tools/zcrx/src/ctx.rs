@@ -49,6 +49,18 @@ pub struct Info {
     pub features: u64,
 }
 
+impl Info {
+    /// Whether copy-only contexts ([`Context::bind_nodev`]) are supported.
+    pub fn bind_nodev(&self) -> bool {
+        self.features & u64::from(ZCRX_RS_FEATURE_BIND_NODEV) != 0
+    }
+
+    /// Whether an area can be given up without closing the context.
+    pub fn unregister_area(&self) -> bool {
+        self.features & u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA) != 0
+    }
+}
+
 /// Counters of a context.
 pub type Stats = zcrx_rs_stats;
 
@@ -170,6 +182,20 @@ impl Context {
     /// buffer, so it never fills). Needs `CAP_NET_ADMIN`. After
     /// [`Context::unbind`] or the device going away, binding again is fine.
     pub fn bind_ifindex(&self, ifindex: u32, rxq: u32, rq_entries: u32) -> Result<()> {
+        self.bind_with(ifindex, rxq, rq_entries, 0)
+    }
+
+    /// Makes the context copy-only: no queue, no `CAP_NET_ADMIN` needed. Receiving
+    /// then works on any TCP socket (loopback, veth, a NIC without header
+    /// split) and copies every byte into the area ([`Record::is_copy`]), so
+    /// a program written for zero-copy runs everywhere. After it, binding
+    /// to a queue is still possible; while bound, this answers `EBUSY`.
+    /// Needs the module's [`Info::bind_nodev`].
+    pub fn bind_nodev(&self) -> Result<()> {
+        self.bind_with(0, 0, 0, ZCRX_RS_BIND_NODEV)
+    }
+
+    fn bind_with(&self, ifindex: u32, rxq: u32, rq_entries: u32, flags: u32) -> Result<()> {
         let bufs = self.shared.area.len / page_size();
         let entries = if rq_entries != 0 { rq_entries } else { (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES) };
         if entries > ZCRX_RS_RQ_MAX_ENTRIES {
@@ -183,7 +209,7 @@ impl Context {
         // after BIND took it over would be lost. (Drops on other threads
         // wait for the bind; binding is rare.)
         let mut f = self.shared.refill();
-        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
+        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, flags, ..Default::default() };
         ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map_err(|e| Error::new(Op::Bind, e))?;
         // The module reads the old ring no more: it took what the ring held.
         let mut due = std::mem::take(&mut f.orphans);

@@ -249,13 +249,25 @@ impl Zcrx {
     /// away) the context can bind again; the new ring replaces the old one. `rq_entries == 0`: one entry per buffer of
     /// the area, so the ring can never be full.
     pub fn bind(&mut self, ifindex: u32, rxq: u32, rq_entries: u32) -> io::Result<()> {
+        self.bind_flags(ifindex, rxq, rq_entries, 0)
+    }
+
+    /// Makes the context copy-only (`ZCRX_RS_BIND_NODEV`): no queue, no
+    /// privilege needed; [`Zcrx::recv`] copies every byte into the area.
+    /// Maps the refill ring as [`Zcrx::bind`] does.
+    pub fn bind_nodev(&mut self, rq_entries: u32) -> io::Result<()> {
+        self.bind_flags(0, 0, rq_entries, ZCRX_RS_BIND_NODEV)
+    }
+
+    /// `ZCRX_RS_IOC_BIND` with `flags` (for tests of the checks).
+    pub fn bind_flags(&mut self, ifindex: u32, rxq: u32, rq_entries: u32, flags: u32) -> io::Result<()> {
         let entries = if rq_entries != 0 {
             rq_entries
         } else {
             let bufs = self.area.as_ref().map_or(1, |a| a.len / page_size());
             (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES)
         };
-        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, ..Default::default() };
+        let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, flags, ..Default::default() };
         ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize)?;
         let map = Mapping::shared(self.fd.as_raw_fd(), b.mmap_len as usize)?;
         // Binding again after UNBIND: the kernel took what the old ring held;

@@ -49,6 +49,7 @@ struct zcrx_rs_info {
 
 /* INFO features: what this module supports beyond API version 1's base. */
 #define ZCRX_RS_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* ZCRX_RS_IOC_UNREGISTER_AREA */
+#define ZCRX_RS_FEATURE_BIND_NODEV	(1ULL << 1)	/* ZCRX_RS_BIND_NODEV */
 
 /* ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers. */
 struct zcrx_rs_area_reg {
@@ -67,17 +68,23 @@ struct zcrx_rs_ring_offsets {
 	__u32	__resv;
 };
 
-/* ZCRX_RS_IOC_BIND: install the provider on an rx queue. */
+/*
+ * ZCRX_RS_IOC_BIND: install the provider on an rx queue (CAP_NET_ADMIN), or
+ * with ZCRX_RS_BIND_NODEV make the context copy-only: no queue, ifindex
+ * and rxq zero, no CAP_NET_ADMIN; RECV then copies every byte into the area.
+ */
 struct zcrx_rs_bind {
 	__u32	ifindex;		/* in: in the caller's network namespace */
 	__u32	rxq;			/* in: rx queue index */
 	__u32	rq_entries;		/* in: refill ring size; out: rounded up
 					 * to a power of two */
-	__u32	flags;			/* in: must be zero */
+	__u32	flags;			/* in: ZCRX_RS_BIND_* */
 	struct zcrx_rs_ring_offsets offsets;	/* out */
 	__u64	mmap_len;		/* out: length to mmap at offset 0 */
 	__u64	__resv[2];		/* in: zero */
 };
+
+#define ZCRX_RS_BIND_NODEV	(1U << 0)	/* copy-only: no queue */
 
 /* One refill ring entry: hand buffer [off, off + page size) back. */
 struct zcrx_rs_rqe {
