@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 // Copyright (C) 2026 The zcrx-rs developers.
 
-//! Zeroed kernel memory that user space maps (`vmalloc_user` +
-//! `remap_vmalloc_range`), for rings shared with the user.
+//! Zeroed kernel memory that user space maps, for rings shared with the
+//! user: vmalloc memory charged to the caller's memory cgroup, mapped page
+//! by page with `vm_insert_page` (what `remap_vmalloc_range` does for
+//! `vmalloc_user` memory, which is not charged). The charge stays with the
+//! pages for as long as they live, also through a mapping that outlives the
+//! ring, so a program cannot pile up rings beyond its cgroup's limit.
 
 use core::{ptr::NonNull, sync::atomic::AtomicU32};
 
 use kernel::{
     bindings,
     mm::virt::{flags, VmaNew},
+    page::BorrowedPage,
     prelude::*,
     transmute::FromBytes, //
 };
@@ -19,9 +24,9 @@ use super::pin::PAGE_SIZE;
 ///
 /// # Invariants
 ///
-/// `ptr` is a `vmalloc_user` allocation of `len` bytes (a multiple of the
-/// page size), freed with `vfree` on drop. Pages that user space mapped stay
-/// alive through the mapping's own references.
+/// `ptr` is a vmalloc allocation of `len` bytes (a multiple of the page
+/// size, zeroed), freed with `vfree` on drop. Pages that user space mapped
+/// stay alive through the mapping's own references.
 pub(crate) struct SharedMem {
     ptr: NonNull<u8>,
     len: usize,
@@ -36,8 +41,9 @@ impl SharedMem {
     /// Allocates `len` bytes, rounded up to whole pages.
     pub(crate) fn new(len: usize) -> Result<Self> {
         let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or(EINVAL)?;
+        let gfp = bindings::GFP_KERNEL_ACCOUNT | bindings::__GFP_ZERO;
         // SAFETY: plain allocation.
-        let ptr = unsafe { bindings::vmalloc_user_noprof(len) };
+        let ptr = unsafe { bindings::__vmalloc_noprof(len as kernel::ffi::c_ulong, gfp) };
         NonNull::new(ptr.cast())
             .map(|ptr| Self { ptr, len })
             .ok_or(ENOMEM)
@@ -91,17 +97,28 @@ impl SharedMem {
             return Err(EINVAL);
         }
         vma.set_dontcopy();
-        // SAFETY: `vma` is being set up by mmap; the memory is a
-        // `vmalloc_user` area of at least the vma's size.
-        kernel::error::to_result(unsafe {
-            bindings::remap_vmalloc_range(vma.as_ptr(), self.ptr.as_ptr().cast(), 0)
-        })
+        vma.set_dontexpand();
+        let map = vma.set_mixedmap();
+        let start = vma.start();
+        for off in (0..vma.end() - start).step_by(PAGE_SIZE) {
+            // SAFETY: `off < len` (checked above), so the address is in our
+            // vmalloc area, which is live.
+            let page = unsafe { bindings::vmalloc_to_page(self.ptr.as_ptr().add(off).cast()) };
+            let page = NonNull::new(page).ok_or(EINVAL)?;
+            // SAFETY: the page belongs to our vmalloc area, which outlives
+            // this borrow (it is only used for the insert below, which takes
+            // a reference of its own).
+            let page = unsafe { BorrowedPage::from_raw(page) };
+            // On failure the core unmaps the vma, with what was inserted.
+            map.vm_insert_page(start + off, &page)?;
+        }
+        Ok(())
     }
 }
 
 impl Drop for SharedMem {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant the area came from `vmalloc_user`.
+        // SAFETY: by the type invariant the area came from vmalloc.
         unsafe { bindings::vfree(self.ptr.as_ptr().cast()) };
     }
 }
