@@ -559,7 +559,16 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
             return Err(format!("first RECV: {} bytes, expected the {BEFORE} before the mark", got.bytes));
         }
         if !at_mark(&s).map_err(|e| format!("SIOCATMARK: {e}"))? {
-            return Err("SIOCATMARK false after the first RECV".into());
+            // Seen once in many runs (copy path, urgent byte during the
+            // wait); say what the socket holds, for the next time.
+            let mut inq: libc::c_int = 0;
+            let _ = zcrx::sys::ioctl(&s, libc::FIONREAD as libc::c_ulong, &mut inq as *mut libc::c_int as usize);
+            return Err(format!(
+                "SIOCATMARK false after the first RECV (first RECV took {took:?}; then {inq} bytes queued, \
+                 recv(MSG_OOB): {:?}, SIOCATMARK again: {:?})",
+                recv_oob(&s),
+                at_mark(&s)
+            ));
         }
         let oob = recv_oob(&s);
         let urgent = p2.slice(BEFORE, 1)[0];
