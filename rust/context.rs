@@ -30,7 +30,7 @@ use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
-    uaccess::{UserPtr, UserSlice},
+    uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
 
 use crate::area::Area;
@@ -125,7 +125,11 @@ impl Context {
         let info = zcrx_rs_info {
             api_version: ZCRX_RS_API_VERSION,
             page_size: PAGE_SIZE as u32,
-            features: u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA | ZCRX_RS_FEATURE_BIND_NODEV),
+            features: u64::from(
+                ZCRX_RS_FEATURE_UNREGISTER_AREA
+                    | ZCRX_RS_FEATURE_BIND_NODEV
+                    | ZCRX_RS_FEATURE_ADD_QUEUE,
+            ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
             pinned_pages: GLOBAL.pinned_pages.get(),
@@ -167,7 +171,9 @@ impl Context {
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_bind = r.read()?;
         let nodev = req.flags & ZCRX_RS_BIND_NODEV != 0;
-        if req.flags & !ZCRX_RS_BIND_NODEV != 0
+        let add = req.flags & ZCRX_RS_BIND_ADD_QUEUE != 0;
+        if req.flags & !(ZCRX_RS_BIND_NODEV | ZCRX_RS_BIND_ADD_QUEUE) != 0
+            || (nodev && add)
             || (nodev && (req.ifindex != 0 || req.rxq != 0))
             || !is_zero(&req.__resv)
             || req.offsets.head != 0
@@ -182,6 +188,9 @@ impl Context {
         // copy-only context reads only sockets its caller has.
         if !nodev && !crate::net::capable_net_admin() {
             return Err(EPERM);
+        }
+        if add {
+            return self.add_queue(req, w);
         }
         let entries = refill::ring_entries(req.rq_entries)?;
         // A context binds one queue at a time; after UNBIND (or the device
@@ -236,9 +245,33 @@ impl Context {
             return Err(e);
         }
         if let Some(old) = old {
-            // Entries the user put on the old ring while binding.
-            old.drain_refill();
+            // Entries the user put on the old ring while binding go home,
+            // and the old state lets go of its queues (those the device
+            // took down keep it alive through theirs until then).
+            let _ = old.unbind();
         }
+        Ok(0)
+    }
+
+    /// BIND with `ZCRX_RS_BIND_ADD_QUEUE` (the caller holds `ctl`): one more
+    /// rx queue of the device the context is bound to, served by the same
+    /// area and refill ring (`rq_entries` is ignored; the reply describes
+    /// the ring as it is, so there is nothing to map again).
+    fn add_queue(&self, mut req: zcrx_rs_bind, mut w: UserSliceWriter) -> Result<isize> {
+        let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
+        let entries = zcrx.ring().entries();
+        req.rq_entries = entries;
+        req.offsets = zcrx_rs_ring_offsets {
+            head: HEAD_OFF,
+            tail: TAIL_OFF,
+            rqes: RQES_OFF,
+            __resv: 0,
+        };
+        req.mmap_len = refill::ring_bytes(entries) as u64;
+        // The reply first: it does not depend on the outcome, and a
+        // binding made needs no undoing then.
+        w.write(&req)?;
+        zcrx.add_queue(req.ifindex, req.rxq, true)?;
         Ok(0)
     }
 
@@ -255,11 +288,13 @@ impl Context {
             // Like recv() with a NULL buffer.
             return Err(EFAULT);
         }
-        let (zcrx, _running) = {
+        // `_running` is declared first so that it drops last: the count
+        // falls only once this call holds nothing of the area any more.
+        let (_running, zcrx) = {
             let mut inner = self.inner.lock();
             let zcrx = inner.zcrx.clone().ok_or(EINVAL)?;
             inner.recvs += 1;
-            (zcrx, RecvInFlight(self))
+            (RecvInFlight(self), zcrx)
         };
         let sock = TcpSocket::from_fd(req.sockfd)?;
         let nonblock = req.flags & ZCRX_RS_RECV_DONTWAIT != 0 || sock.nonblocking();
@@ -335,16 +370,22 @@ impl Context {
                 (Some(cur), Some(z)) => Arc::ptr_eq(cur, z),
                 _ => false,
             };
-            if !same_area || !same_zcrx || inner.recvs != 0 {
+            // Checked again here, where no RECV can start: one that ran
+            // between the first check and this lock may have handed out
+            // buffers, and returned.
+            if !same_area || !same_zcrx || inner.recvs != 0 || area.free_count() != area.nbufs() {
                 // A RECV runs (it could still hand out buffers of the
-                // area), or the state changed meanwhile (not with `ctl`
-                // held; kept as a check).
+                // area), one handed some out meanwhile, or the state
+                // changed (not with `ctl` held; kept as a check).
                 return Err(EBUSY);
             }
             (inner.zcrx.take(), inner.area.take())
         };
         // Out of the lock: dropping the area unpins (lock order, see top).
         if let Some(z) = taken.0 {
+            // Not bound (checked), but queues the device took down are
+            // still listed and hold it: let go of them.
+            let _ = z.unbind();
             z.scrub();
         }
         drop(taken.1);

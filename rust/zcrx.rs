@@ -1,20 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0
 // Copyright (C) 2026 The zcrx-rs developers.
 
-//! A binding of an area to one rx queue: the memory provider proper.
+//! A context's receive state and the rx queues bound to it.
 //!
-//! [`Zcrx`] is the provider's private data (`mp_priv`). It is shared by the
-//! context that created it, the rx queue's [`Binding`] (which owns a
-//! reference from bind to unbind or uninstall), and every page pool created
-//! for the queue (from `init` to `destroy`, see [`crate::net::provider`]).
-//! It is freed when the last of them is gone, so no pool can ever hand out
-//! a buffer of freed memory.
+//! [`Zcrx`] holds what the queues of one context share: the area, the
+//! refill ring and the counters. Each bound rx queue has a [`Queue`], the
+//! provider's private data (`mp_priv`) for that queue. A `Queue` is shared
+//! by its `Zcrx` (from bind to unbind or close), the queue's [`Binding`]
+//! (which owns a reference from bind to unbind or uninstall), and every
+//! page pool created for the queue (from `init` to `destroy`, see
+//! [`crate::net::provider`]); it holds its `Zcrx`, so neither is freed
+//! while a pool could hand out a buffer of the area.
 //!
-//! Lock order: `state` (mutex) is never held while the device's instance
-//! lock is taken ([`Zcrx::unbind`] takes the binding out first), so it
-//! never nests against the core's lock → `state` order of `uninstall`.
-//! `ring_head` (BH spinlock) nests inside nothing and takes the area's
-//! free list lock.
+//! Refill entries find their pool through the one ring: whichever queue's
+//! pool refills next takes them. A buffer whose last reference that drops
+//! goes into that pool's cache if it is that pool's, and back to its own
+//! pool (or the free list, for a copy) otherwise.
+//!
+//! Lock order: a `Queue`'s `state` (mutex) is never held while the
+//! device's instance lock is taken ([`Zcrx::unbind`] takes the bindings
+//! out first), so it never nests against the core's lock → `state` order
+//! of `uninstall`; nor is `queues`. `ring_head` (BH spinlock) nests inside
+//! nothing and takes the area's free list lock.
 
 use kernel::{
     new_mutex, new_spinlock_bh,
@@ -32,7 +39,7 @@ use crate::net::{
 use crate::refill::{parse_rqe, RefillRing};
 use crate::stats::{Stats, GLOBAL};
 
-memory_provider_ops!(ZCRX_OPS, Zcrx);
+memory_provider_ops!(ZCRX_OPS, Queue);
 
 /// Most refill entries [`Zcrx::drain_refill`] handles per hold of the ring
 /// lock (io_uring zcrx takes 32 per hold as well).
@@ -40,20 +47,17 @@ const DRAIN_CHUNK: u32 = 32;
 
 /// Where a binding stands.
 pub(crate) enum BindState {
-    /// Not bound yet (while [`Zcrx::bind`] runs).
+    /// Not bound yet (while [`Zcrx::add_queue`] runs).
     New,
     /// The queue is bound to us.
-    Bound(Binding<Zcrx>),
+    Bound(Binding<Queue>),
     /// `UNBIND` (or the context's close) unbound it.
     Unbound,
     /// The device went away while bound (its `uninstall`).
     DeviceGone,
-    /// Copy-only (`ZCRX_RS_BIND_NODEV`): never bound to a queue; every byte
-    /// received is copied into the area.
-    NoDev,
 }
 
-/// One bound rx queue.
+/// A context's receive state: area, refill ring, counters, bound queues.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Zcrx {
     area: Arc<Area>,
@@ -61,6 +65,19 @@ pub(crate) struct Zcrx {
     /// The kernel's consumer position in the refill ring.
     #[pin]
     ring_head: SpinLockBh<u32>,
+    /// The queues bound, in binding order (empty for a copy-only context;
+    /// kept after `uninstall` until UNBIND or close).
+    #[pin]
+    queues: Mutex<KVec<Arc<Queue>>>,
+    /// Copy-only (`ZCRX_RS_BIND_NODEV`): never binds a queue.
+    nodev: bool,
+    pub(crate) stats: Stats,
+}
+
+/// One rx queue bound to a [`Zcrx`]: the memory provider proper.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Queue {
+    zcrx: Arc<Zcrx>,
     #[pin]
     state: Mutex<BindState>,
     /// This binding's share of the area's DMA mapping, given back once: at
@@ -68,16 +85,81 @@ pub(crate) struct Zcrx {
     #[pin]
     dma: Mutex<Option<DmaUse>>,
     dma_dev_id: usize,
+    /// The device (see [`LockedNetDev::id`]) and queue.
+    dev_id: usize,
     rxq: u32,
     slot: BindingSlot,
-    pub(crate) stats: Stats,
 }
 
 impl Zcrx {
+    fn new(area: Arc<Area>, entries: u32, nodev: bool) -> Result<Arc<Self>> {
+        let ring = RefillRing::new(entries)?;
+        let zcrx = Arc::pin_init(
+            try_pin_init!(Self {
+                area,
+                ring,
+                ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
+                queues <- new_mutex!(KVec::new(), "Zcrx::queues"),
+                nodev,
+                stats: Stats::new(),
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )?;
+        GLOBAL.providers.add(1);
+        Ok(zcrx)
+    }
+
     /// Binds `area` to rx queue `rxq` of device `ifindex` (current network
     /// namespace) with a refill ring of `entries` entries.
     pub(crate) fn bind(area: Arc<Area>, ifindex: u32, rxq: u32, entries: u32) -> Result<Arc<Self>> {
+        let zcrx = Self::new(area, entries, false)?;
+        zcrx.add_queue(ifindex, rxq, false)?;
+        Ok(zcrx)
+    }
+
+    /// A copy-only context's state: `area` and a refill ring of `entries`
+    /// entries, no queue, no DMA mapping. No page pool can ever use it (no
+    /// queue is ever bound to it: [`Zcrx::add_queue`] refuses), so
+    /// receiving copies every byte into free buffers of the area.
+    pub(crate) fn copy_only(area: Arc<Area>, entries: u32) -> Result<Arc<Self>> {
+        Self::new(area, entries, true)
+    }
+
+    /// Binds rx queue `rxq` of device `ifindex` too. With `more`, the
+    /// context must be bound already, to that device (`EINVAL` if not
+    /// bound, `EXDEV` for another device, `EEXIST` for a queue it has);
+    /// without, it must have no queue yet.
+    pub(crate) fn add_queue(self: &Arc<Self>, ifindex: u32, rxq: u32, more: bool) -> Result {
+        if self.nodev {
+            return Err(EINVAL);
+        }
         let dev = LockedNetDev::lock_by_index(ifindex)?;
+        {
+            let queues = self.queues.lock();
+            let bound: KVec<(usize, u32)> = {
+                let mut v = KVec::new();
+                for q in queues.iter() {
+                    if q.is_bound() {
+                        v.push((q.dev_id, q.rxq), GFP_KERNEL)?;
+                    }
+                }
+                v
+            };
+            if more {
+                if bound.is_empty() {
+                    return Err(EINVAL);
+                }
+                if bound.iter().any(|&(d, _)| d != dev.id()) {
+                    pr_info!("bind {} rxq {}: bound to another device\n", dev.name(), rxq);
+                    return Err(EXDEV);
+                }
+                if bound.iter().any(|&(_, r)| r == rxq) {
+                    return Err(EEXIST);
+                }
+            } else if !bound.is_empty() {
+                return Err(EBUSY);
+            }
+        }
         if rxq >= dev.rx_queues() {
             pr_info!(
                 "bind {} rxq {}: the device has {} rx queues\n",
@@ -103,25 +185,23 @@ impl Zcrx {
             );
             return Err(EOPNOTSUPP);
         };
-        let ring = RefillRing::new(entries)?;
         let dma_dev_id = dma_dev.id();
-        let area2 = area.clone();
-        let zcrx = Arc::pin_init(
-            try_pin_init!(Self {
-                area: area2,
-                ring,
-                ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
-                state <- new_mutex!(BindState::New, "Zcrx::state"),
-                dma <- new_mutex!(None, "Zcrx::dma"),
+        let dev_id = dev.id();
+        let queue = Arc::pin_init(
+            try_pin_init!(Queue {
+                zcrx: self.clone(),
+                state <- new_mutex!(BindState::New, "Queue::state"),
+                dma <- new_mutex!(None, "Queue::dma"),
                 dma_dev_id,
+                dev_id,
                 rxq,
                 slot: BindingSlot::new(),
-                stats: Stats::new(),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
-        GLOBAL.providers.add(1);
-        let share = area.map_dma(dma_dev).inspect_err(|e| {
+        // Room for it before binding: nothing can fail after.
+        self.queues.lock().reserve(1, GFP_KERNEL_ACCOUNT)?;
+        let share = self.area.map_dma(dma_dev).inspect_err(|e| {
             if *e == EBUSY {
                 pr_info!(
                     "bind {} rxq {}: the area is still mapped for another device\n",
@@ -130,10 +210,10 @@ impl Zcrx {
                 );
             }
         })?;
-        *zcrx.dma.lock() = Some(share);
-        match provider::bind_rxq(&dev, rxq, &ZCRX_OPS, zcrx.clone()) {
+        *queue.dma.lock() = Some(share);
+        match provider::bind_rxq(&dev, rxq, &ZCRX_OPS, queue.clone()) {
             Ok(b) => {
-                let mut st = zcrx.state.lock();
+                let mut st = queue.state.lock();
                 if let BindState::DeviceGone = *st {
                     // The core uninstalled the binding before we could
                     // record it (a leased queue, whose device has its own
@@ -146,7 +226,15 @@ impl Zcrx {
                 }
                 *st = BindState::Bound(b);
                 drop(st);
-                Ok(zcrx)
+                drop(dev);
+                // Into the room reserved above (BINDs of a context run one
+                // at a time); should it fail all the same, undo the bind.
+                if self.queues.lock().push(queue.clone(), GFP_ATOMIC).is_err() {
+                    let _ = queue.unbind();
+                    queue.release_dma(None);
+                    return Err(ENOMEM);
+                }
+                Ok(())
             }
             Err((e, msg)) => {
                 pr_info!(
@@ -156,34 +244,10 @@ impl Zcrx {
                     msg.map(|m| m.to_str().unwrap_or("?")).unwrap_or("failed"),
                     -e.to_errno()
                 );
-                // Nothing refers to `zcrx` but us: dropping it unmaps.
+                // Nothing refers to `queue` but us: dropping it unmaps.
                 Err(e)
             }
         }
-    }
-
-    /// A copy-only context's state: `area` and a refill ring of `entries`
-    /// entries, no queue, no DMA mapping. No page pool can ever use it
-    /// (`init` refuses a pool of another DMA device, and this one has none),
-    /// so receiving copies every byte into free buffers of the area.
-    pub(crate) fn copy_only(area: Arc<Area>, entries: u32) -> Result<Arc<Self>> {
-        let ring = RefillRing::new(entries)?;
-        let zcrx = Arc::pin_init(
-            try_pin_init!(Self {
-                area,
-                ring,
-                ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
-                state <- new_mutex!(BindState::NoDev, "Zcrx::state"),
-                dma <- new_mutex!(None, "Zcrx::dma"),
-                dma_dev_id: 0,
-                rxq: u32::MAX,
-                slot: BindingSlot::new(),
-                stats: Stats::new(),
-            }),
-            GFP_KERNEL_ACCOUNT,
-        )?;
-        GLOBAL.providers.add(1);
-        Ok(zcrx)
     }
 
     /// The area.
@@ -196,46 +260,35 @@ impl Zcrx {
         &self.ring
     }
 
-    /// Whether the queue is still bound to us.
+    /// Whether any queue is still bound to us.
     pub(crate) fn is_bound(&self) -> bool {
-        matches!(*self.state.lock(), BindState::Bound(_))
+        self.queues.lock().iter().any(|q| q.is_bound())
     }
 
-    /// Unbinds the queue (it restarts without us). `EINVAL` if it was
-    /// unbound already or never bound (copy-only), `ENODEV` if the device went away meanwhile.
+    /// Unbinds every queue (each restarts without us). `EINVAL` if none was
+    /// bound (unbound already, or copy-only), `ENODEV` if the device went
+    /// away meanwhile.
     pub(crate) fn unbind(&self) -> Result {
-        let binding = {
-            let mut st = self.state.lock();
-            match core::mem::replace(&mut *st, BindState::Unbound) {
-                BindState::Bound(b) => b,
-                BindState::Unbound | BindState::New => return Err(EINVAL),
-                BindState::NoDev => {
-                    *st = BindState::NoDev;
-                    return Err(EINVAL);
-                }
-                BindState::DeviceGone => {
-                    *st = BindState::DeviceGone;
-                    return Err(ENODEV);
-                }
+        // Out of `queues`: unbinding takes the device's instance lock.
+        let queues = core::mem::take(&mut *self.queues.lock());
+        let mut res = Err(EINVAL);
+        for q in queues.iter() {
+            match q.unbind() {
+                Ok(()) => res = Ok(()),
+                Err(e) if e == ENODEV && res.is_err() => res = Err(ENODEV),
+                Err(_) => {}
             }
-        };
-        // Out of `state`: this takes the device's instance lock.
-        binding.unbind();
-        // The queue restarted without us. Buffers the user gave back and no
-        // pool will take from the ring now go home (so that the old pools
-        // can finish), then this binding's DMA share goes: the mapping with
-        // it if no pool holds a buffer any more, else when the last of them
-        // is destroyed (`destroy`).
-        self.drain_refill();
-        self.release_dma(None);
-        Ok(())
-    }
-
-    /// Gives up this binding's share of the area's DMA mapping; once.
-    fn release_dma(&self, going: Option<&Uninstall<'_>>) {
-        if let Some(share) = self.dma.lock().take() {
-            self.area.unmap_dma(share, going);
         }
+        // The queues restarted without us. Buffers the user gave back and
+        // no pool will take from the ring now go home (so that the old pools
+        // can finish), then each binding's DMA share goes: the mapping with
+        // them if no pool holds a buffer any more, else when the last of
+        // them is destroyed (`destroy`).
+        self.drain_refill();
+        for q in queues.iter() {
+            q.release_dma(None);
+        }
+        res
     }
 
     /// The user gives buffer `idx` back once. False if the user did not
@@ -307,9 +360,42 @@ impl Zcrx {
     }
 }
 
-impl MemoryProvider for Zcrx {
+impl Queue {
+    /// Whether this queue is still bound to us.
+    fn is_bound(&self) -> bool {
+        matches!(*self.state.lock(), BindState::Bound(_))
+    }
+
+    /// Unbinds the queue. `EINVAL` if it was unbound already, `ENODEV` if
+    /// the device went away meanwhile.
+    fn unbind(&self) -> Result {
+        let binding = {
+            let mut st = self.state.lock();
+            match core::mem::replace(&mut *st, BindState::Unbound) {
+                BindState::Bound(b) => b,
+                BindState::Unbound | BindState::New => return Err(EINVAL),
+                BindState::DeviceGone => {
+                    *st = BindState::DeviceGone;
+                    return Err(ENODEV);
+                }
+            }
+        };
+        // Out of `state`: this takes the device's instance lock.
+        binding.unbind();
+        Ok(())
+    }
+
+    /// Gives up this binding's share of the area's DMA mapping; once.
+    fn release_dma(&self, going: Option<&Uninstall<'_>>) {
+        if let Some(share) = self.dma.lock().take() {
+            self.zcrx.area.unmap_dma(share, going);
+        }
+    }
+}
+
+impl MemoryProvider for Queue {
     fn net_iov_area(&self) -> &NetIovArea {
-        self.area.niovs()
+        self.zcrx.area.niovs()
     }
 
     fn binding_slot(&self) -> &BindingSlot {
@@ -317,21 +403,22 @@ impl MemoryProvider for Zcrx {
     }
 
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>) {
-        this.refill_from_ring(batch);
+        let zcrx = &this.zcrx;
+        zcrx.refill_from_ring(batch);
         if batch.len() == 0 {
-            this.area
+            zcrx.area
                 .niovs()
-                .alloc_free_into(batch, this.area.copy_reserve());
+                .alloc_free_into(batch, zcrx.area.copy_reserve());
         }
         if batch.len() == 0 {
-            this.stats.alloc_fail.add(1);
+            zcrx.stats.alloc_fail.add(1);
             return;
         }
-        this.area.niovs().sync_for_device(batch);
+        zcrx.area.niovs().sync_for_device(batch);
     }
 
     fn release_netmem(this: ArcBorrow<'_, Self>, released: Released<'_>) {
-        if !this.area.niovs().take_released(released) {
+        if !this.zcrx.area.niovs().take_released(released) {
             pr_warn!("release_netmem: not a buffer of this area\n");
         }
     }
@@ -352,7 +439,7 @@ impl MemoryProvider for Zcrx {
     fn destroy(this: ArcBorrow<'_, Self>) {
         // The last pool of an unbound binding may have held the last
         // attached buffers: unmap if no share and no buffer uses the mapping.
-        this.area.unmap_idle();
+        this.zcrx.area.unmap_idle();
         GLOBAL.pools.sub(1);
     }
 
@@ -361,7 +448,7 @@ impl MemoryProvider for Zcrx {
         // its DMA device is still usable.
         let mut st = this.state.lock();
         if let BindState::New = &*st {
-            // `bind` has not recorded the binding yet; it will see this.
+            // `add_queue` has not recorded the binding yet; it will see this.
             *st = BindState::DeviceGone;
         }
         if let BindState::Bound(_) = &*st {
@@ -389,9 +476,17 @@ impl MemoryProvider for Zcrx {
 // pin-init's `#[pinned_drop]` expands to an `unsafe impl` of its own.
 #[allow(unsafe_code)]
 #[pinned_drop]
-impl PinnedDrop for Zcrx {
+impl PinnedDrop for Queue {
     fn drop(self: Pin<&mut Self>) {
         self.release_dma(None);
+    }
+}
+
+// pin-init's `#[pinned_drop]` expands to an `unsafe impl` of its own.
+#[allow(unsafe_code)]
+#[pinned_drop]
+impl PinnedDrop for Zcrx {
+    fn drop(self: Pin<&mut Self>) {
         GLOBAL.providers.sub(1);
     }
 }

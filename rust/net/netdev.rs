@@ -74,6 +74,13 @@ impl LockedNetDev {
         n
     }
 
+    /// The device's identity, for telling devices apart (its address,
+    /// never dereferenced through this value). Stable while the device is
+    /// registered.
+    pub(crate) fn id(&self) -> usize {
+        self.dev.as_ptr() as usize
+    }
+
     /// Number of rx queues in use.
     pub(crate) fn rx_queues(&self) -> u32 {
         // SAFETY: the device is live; `real_num_rx_queues` changes only

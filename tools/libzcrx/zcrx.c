@@ -27,6 +27,7 @@ _Static_assert(ZCRX_REC_COPY == ZCRX_RS_REC_COPY, "copy flag");
 _Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
 _Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, "feature");
 _Static_assert(ZCRX_FEATURE_BIND_NODEV == ZCRX_RS_FEATURE_BIND_NODEV, "feature");
+_Static_assert(ZCRX_FEATURE_ADD_QUEUE == ZCRX_RS_FEATURE_ADD_QUEUE, "feature");
 
 struct zcrx {
 	int fd;
@@ -234,7 +235,9 @@ static int bind_flags(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
 	unmap_ring(z);
 	p = mmap(NULL, b.mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, z->fd, 0);
 	if (p == MAP_FAILED) {
-		/* Returns wait in the library until a binding maps a ring. */
+		/* Returns wait in the library until a binding maps a ring.
+		 * A queue binding is undone; a copy-only context stays so
+		 * (UNBIND answers EINVAL), without a ring mapped. */
 		ret = -errno;
 		ioctl(z->fd, ZCRX_RS_IOC_UNBIND);
 		return ret;
@@ -260,6 +263,26 @@ EXPORT int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex,
 EXPORT int zcrx_bind_nodev(struct zcrx *z, unsigned int rq_entries)
 {
 	return bind_flags(z, 0, 0, rq_entries, ZCRX_RS_BIND_NODEV);
+}
+
+EXPORT int zcrx_add_queue_ifindex(struct zcrx *z, unsigned int ifindex,
+				  unsigned int rxq)
+{
+	struct zcrx_rs_bind b = {
+		.ifindex = ifindex, .rxq = rxq, .flags = ZCRX_RS_BIND_ADD_QUEUE
+	};
+
+	/* The ring stays as it is: nothing to map. */
+	return xioctl(z->fd, ZCRX_RS_IOC_BIND, &b);
+}
+
+EXPORT int zcrx_add_queue(struct zcrx *z, const char *ifname, unsigned int rxq)
+{
+	unsigned int ifindex = if_nametoindex(ifname);
+
+	if (!ifindex)
+		return errno == ENXIO || errno == ENODEV || !errno ? -ENODEV : -errno;
+	return zcrx_add_queue_ifindex(z, ifindex, rxq);
 }
 
 EXPORT int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,

@@ -62,6 +62,7 @@ struct zcrx_stats {
 /* zcrx_info() feature bits */
 #define ZCRX_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* zcrx_unregister_area() */
 #define ZCRX_FEATURE_BIND_NODEV		(1ULL << 1)	/* zcrx_bind_nodev() */
+#define ZCRX_FEATURE_ADD_QUEUE		(1ULL << 2)	/* zcrx_add_queue() */
 
 /* What the loaded module supports (zcrx_info()). */
 struct zcrx_info {
@@ -106,6 +107,13 @@ int zcrx_bind(struct zcrx *z, const char *ifname, unsigned int rxq,
 int zcrx_bind_ifindex(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
 		      unsigned int rq_entries);
 int zcrx_unbind(struct zcrx *z);
+
+/* Binds rx queue @rxq of the device the context is bound to as well: one
+ * area and one refill ring serve all its queues (flows spread by RSS all
+ * arrive zero-copy). -EINVAL if not bound, -EXDEV for another device,
+ * -EEXIST for a queue it has; zcrx_unbind() unbinds them all. */
+int zcrx_add_queue(struct zcrx *z, const char *ifname, unsigned int rxq);
+int zcrx_add_queue_ifindex(struct zcrx *z, unsigned int ifindex, unsigned int rxq);
 
 /* Makes the context copy-only: no queue and no CAP_NET_ADMIN; zcrx_recv() then
  * works on any connected TCP socket (loopback, veth, a NIC without header

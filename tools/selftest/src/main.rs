@@ -27,6 +27,7 @@ mod errors;
 mod faults;
 mod fuzz;
 mod lifecycle;
+mod multiqueue;
 mod net;
 mod nsim;
 mod stream;
@@ -92,6 +93,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(clients::TESTS);
     v.extend_from_slice(share::TESTS);
     v.extend_from_slice(copyonly::TESTS);
+    v.extend_from_slice(multiqueue::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v

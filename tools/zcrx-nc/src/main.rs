@@ -16,7 +16,9 @@
 //! copies. It listens on IPv6 and IPv4 (`[::]`, unless
 //! net.ipv6.bindv6only is set; `-4`: IPv4 only), `-k` keeps listening for
 //! the next connection, `-v` prints a progress line, `--json` prints the
-//! statistics of each connection as one JSON object. `--no-bind` binds no
+//! statistics of each connection as one JSON object. `--queues 0,1,2,3`
+//! binds several rx queues of the device to the one context (flows spread
+//! by RSS all arrive zero-copy). `--no-bind` binds no
 //! queue (a copy-only context: any TCP path, loopback included, every byte
 //! copied; no CAP_NET_ADMIN needed).
 
@@ -31,7 +33,7 @@ use zcrx::{Pattern, Rec, Zcrx};
 
 struct Opts {
     dev: String,
-    queue: u32,
+    queues: Vec<u32>,
     port: u16,
     v6: bool,
     area_mib: usize,
@@ -50,9 +52,11 @@ enum Output {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: zcrx-nc (--dev IFNAME --queue N | --no-bind) --port P [-4|-6]\n\
+        "usage: zcrx-nc (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)\n\
+         \x20              --port P [-4|-6]\n\
          \x20              [--area MIB] [--discard | --check SEED] [-k] [-v] [--json]\n\
          Receives a TCP connection zero-copy; payload to stdout, stats to stderr.\n\
+         \x20 --queues A,B  bind several rx queues of IFNAME (one area, one ring)\n\
          \x20 --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)\n\
          \x20 -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])\n\
          \x20 --area MIB    receive memory (default 64)\n\
@@ -68,7 +72,7 @@ fn usage() -> ! {
 fn parse() -> Opts {
     let mut o = Opts {
         dev: String::new(),
-        queue: 0,
+        queues: Vec::new(),
         port: 0,
         v6: true,
         area_mib: 64,
@@ -83,7 +87,10 @@ fn parse() -> Opts {
         let mut val = || a.next().unwrap_or_else(|| usage());
         match k.as_str() {
             "--dev" => o.dev = val(),
-            "--queue" => o.queue = val().parse().unwrap_or_else(|_| usage()),
+            "--queue" => o.queues = vec![val().parse().unwrap_or_else(|_| usage())],
+            "--queues" => {
+                o.queues = val().split(',').map(|q| q.trim().parse().unwrap_or_else(|_| usage())).collect()
+            }
             "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
             "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
             "--no-bind" => o.no_bind = true,
@@ -98,7 +105,7 @@ fn parse() -> Opts {
         }
     }
     // Either a queue to bind or --no-bind, not both.
-    let mode_ok = if o.no_bind { o.dev.is_empty() } else { !o.dev.is_empty() };
+    let mode_ok = if o.no_bind { o.dev.is_empty() && o.queues.is_empty() } else { !o.dev.is_empty() };
     if !mode_ok || o.port == 0 {
         usage();
     }
@@ -121,9 +128,16 @@ fn main() {
         "no queue: copy-only".to_string()
     } else {
         let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
-        z.bind(ifindex, o.queue, 0)
-            .unwrap_or_else(|e| die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, o.queue), e));
-        format!("{} queue {}", o.dev, o.queue)
+        let queues = if o.queues.is_empty() { vec![0] } else { o.queues.clone() };
+        z.bind(ifindex, queues[0], 0).unwrap_or_else(|e| {
+            die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, queues[0]), e)
+        });
+        for &q in &queues[1..] {
+            z.add_queue(ifindex, q)
+                .unwrap_or_else(|e| die(&format!("bind {} queue {} too (module too old?)", o.dev, q), e));
+        }
+        let list: Vec<String> = queues.iter().map(u32::to_string).collect();
+        format!("{} queue{} {}", o.dev, if queues.len() > 1 { "s" } else { "" }, list.join(","))
     };
 
     // 2. An ordinary TCP socket.

@@ -55,6 +55,11 @@ impl Info {
         self.features & u64::from(ZCRX_RS_FEATURE_BIND_NODEV) != 0
     }
 
+    /// Whether one context can bind several queues ([`Context::add_queue`]).
+    pub fn add_queue(&self) -> bool {
+        self.features & u64::from(ZCRX_RS_FEATURE_ADD_QUEUE) != 0
+    }
+
     /// Whether an area can be given up without closing the context.
     pub fn unregister_area(&self) -> bool {
         self.features & u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA) != 0
@@ -116,8 +121,9 @@ impl Shared {
     }
 }
 
-/// A zcrx context: an area registered with the module, bound to at most one
-/// rx queue at a time. Cheap to clone (the clones share one context);
+/// A zcrx context: an area registered with the module, bound to rx queues
+/// of one device ([`Context::bind`], [`Context::add_queue`]) or copy-only
+/// ([`Context::bind_nodev`]). Cheap to clone (the clones share one context);
 /// `Send` and `Sync`: any thread may receive on it (each call on its own
 /// socket) and drop what it received.
 #[derive(Clone)]
@@ -183,6 +189,30 @@ impl Context {
     /// [`Context::unbind`] or the device going away, binding again is fine.
     pub fn bind_ifindex(&self, ifindex: u32, rxq: u32, rq_entries: u32) -> Result<()> {
         self.bind_with(ifindex, rxq, rq_entries, 0)
+    }
+
+    /// Binds rx queue `rxq` of the device the context is bound to as well
+    /// (named `ifname`): flows that RSS or a steering rule sends to any of
+    /// its queues then arrive zero-copy into the one area, and records go
+    /// back through the one refill ring. `EXDEV`: another device; `EEXIST`:
+    /// a queue it has; `EINVAL`: not bound. Needs [`Info::add_queue`].
+    pub fn add_queue(&self, ifname: &str, rxq: u32) -> Result<()> {
+        let c = std::ffi::CString::new(ifname)
+            .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))?;
+        // SAFETY: `c` is a NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+        if ifindex == 0 {
+            return Err(Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)));
+        }
+        self.add_queue_ifindex(ifindex, rxq)
+    }
+
+    /// [`Context::add_queue`] by interface index.
+    pub fn add_queue_ifindex(&self, ifindex: u32, rxq: u32) -> Result<()> {
+        let mut b = zcrx_rs_bind { ifindex, rxq, flags: ZCRX_RS_BIND_ADD_QUEUE, ..Default::default() };
+        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize)
+            .map(|_| ())
+            .map_err(|e| Error::new(Op::Bind, e))
     }
 
     /// Makes the context copy-only: no queue, no `CAP_NET_ADMIN` needed. Receiving

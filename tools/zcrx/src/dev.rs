@@ -259,6 +259,14 @@ impl Zcrx {
         self.bind_flags(0, 0, rq_entries, ZCRX_RS_BIND_NODEV)
     }
 
+    /// Binds rx queue `rxq` of the device the context is bound to as well
+    /// (`ZCRX_RS_BIND_ADD_QUEUE`): one area and one refill ring serve all
+    /// its queues, so nothing is mapped again.
+    pub fn add_queue(&self, ifindex: u32, rxq: u32) -> io::Result<()> {
+        let mut b = zcrx_rs_bind { ifindex, rxq, flags: ZCRX_RS_BIND_ADD_QUEUE, ..Default::default() };
+        ioctl(&self.fd, IOC_BIND as _, &mut b as *mut _ as usize).map(|_| ())
+    }
+
     /// `ZCRX_RS_IOC_BIND` with `flags` (for tests of the checks).
     pub fn bind_flags(&mut self, ifindex: u32, rxq: u32, rq_entries: u32, flags: u32) -> io::Result<()> {
         let entries = if rq_entries != 0 {

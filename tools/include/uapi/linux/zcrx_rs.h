@@ -50,6 +50,7 @@ struct zcrx_rs_info {
 /* INFO features: what this module supports beyond API version 1's base. */
 #define ZCRX_RS_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* ZCRX_RS_IOC_UNREGISTER_AREA */
 #define ZCRX_RS_FEATURE_BIND_NODEV	(1ULL << 1)	/* ZCRX_RS_BIND_NODEV */
+#define ZCRX_RS_FEATURE_ADD_QUEUE	(1ULL << 2)	/* ZCRX_RS_BIND_ADD_QUEUE */
 
 /* ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers. */
 struct zcrx_rs_area_reg {
@@ -72,6 +73,8 @@ struct zcrx_rs_ring_offsets {
  * ZCRX_RS_IOC_BIND: install the provider on an rx queue (CAP_NET_ADMIN), or
  * with ZCRX_RS_BIND_NODEV make the context copy-only: no queue, ifindex
  * and rxq zero, no CAP_NET_ADMIN; RECV then copies every byte into the area.
+ * With ZCRX_RS_BIND_ADD_QUEUE a bound context binds one more rx queue of
+ * the same device: one area and one refill ring serve all its queues.
  */
 struct zcrx_rs_bind {
 	__u32	ifindex;		/* in: in the caller's network namespace */
@@ -85,6 +88,7 @@ struct zcrx_rs_bind {
 };
 
 #define ZCRX_RS_BIND_NODEV	(1U << 0)	/* copy-only: no queue */
+#define ZCRX_RS_BIND_ADD_QUEUE	(1U << 1)	/* one more queue, same device */
 
 /* One refill ring entry: hand buffer [off, off + page size) back. */
 struct zcrx_rs_rqe {
