@@ -3,10 +3,11 @@
 
 //! One open file of `/dev/zcrx`: a zero-copy receive context.
 //!
-//! A context owns at most one area and one binding. The file holds a
-//! reference to the module while it is open (patch "rust: miscdevice: make
-//! open files pin the owning module"), so the last close, never `rmmod`,
-//! ends a context: it unbinds the queue, takes back every buffer the user
+//! A context owns at most one area and one binding (of one or more rx
+//! queues of a device, or copy-only). The file holds a reference to the
+//! module while it is open (patch "rust: miscdevice: make open files pin
+//! the owning module"), so the last close, never `rmmod`, ends a context:
+//! it unbinds its queues, takes back every buffer the user
 //! still holds, and drops its references; the area is unmapped, unpinned
 //! and uncharged when the last page pool that used it is gone.
 //!

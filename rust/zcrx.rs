@@ -130,7 +130,9 @@ impl Zcrx {
     /// bound, `EXDEV` for another device, `EEXIST` for a queue it has);
     /// without, it must have no queue yet.
     pub(crate) fn add_queue(self: &Arc<Self>, ifindex: u32, rxq: u32, more: bool) -> Result {
-        if self.nodev {
+        if self.nodev || (more && !self.is_bound()) {
+            // Before looking the device up: not bound is EINVAL whatever
+            // the ifindex (checked again below, under the device lock).
             return Err(EINVAL);
         }
         let dev = LockedNetDev::lock_by_index(ifindex)?;

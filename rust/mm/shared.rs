@@ -98,6 +98,7 @@ impl SharedMem {
         }
         vma.set_dontcopy();
         vma.set_dontexpand();
+        vma.set_dontdump();
         let map = vma.set_mixedmap();
         let start = vma.start();
         for off in (0..vma.end() - start).step_by(PAGE_SIZE) {

@@ -41,8 +41,9 @@ struct zcrx_rs_info {
 	__u64	contexts;		/* out: open contexts, this one included */
 	__u64	areas;			/* out: registered areas alive */
 	__u64	pinned_pages;		/* out: user pages pinned by all areas */
-	__u64	providers;		/* out: bindings alive (until every page
-					 * pool that used one is gone) */
+	__u64	providers;		/* out: bindings alive, one per context
+					 * however many queues (until every
+					 * page pool that used one is gone) */
 	__u64	pools;			/* out: page pools using zcrx_rs */
 	__u64	__resv[3];		/* out: zero */
 };
