@@ -72,6 +72,18 @@ impl Drop for RecvInFlight<'_> {
     }
 }
 
+/// Fills BIND's reply: the layout of a refill ring of `entries` entries.
+fn describe_ring(req: &mut zcrx_rs_bind, entries: u32) {
+    req.rq_entries = entries;
+    req.offsets = zcrx_rs_ring_offsets {
+        head: HEAD_OFF,
+        tail: TAIL_OFF,
+        rqes: RQES_OFF,
+        __resv: 0,
+    };
+    req.mmap_len = refill::ring_bytes(entries) as u64;
+}
+
 fn is_zero(v: &[u64]) -> bool {
     v.iter().all(|&x| x == 0)
 }
@@ -219,14 +231,7 @@ impl Context {
         } else {
             Zcrx::bind(area, req.ifindex, req.rxq, entries)?
         };
-        req.rq_entries = entries;
-        req.offsets = zcrx_rs_ring_offsets {
-            head: HEAD_OFF,
-            tail: TAIL_OFF,
-            rqes: RQES_OFF,
-            __resv: 0,
-        };
-        req.mmap_len = refill::ring_bytes(entries) as u64;
+        describe_ring(&mut req, entries);
         let published = w.write(&req).and_then(|()| {
             let mut inner = self.inner.lock();
             let unchanged = match (&inner.zcrx, &old) {
@@ -261,14 +266,7 @@ impl Context {
     fn add_queue(&self, mut req: zcrx_rs_bind, mut w: UserSliceWriter) -> Result<isize> {
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
         let entries = zcrx.ring().entries();
-        req.rq_entries = entries;
-        req.offsets = zcrx_rs_ring_offsets {
-            head: HEAD_OFF,
-            tail: TAIL_OFF,
-            rqes: RQES_OFF,
-            __resv: 0,
-        };
-        req.mmap_len = refill::ring_bytes(entries) as u64;
+        describe_ring(&mut req, entries);
         // The reply first: it does not depend on the outcome, and a
         // binding made needs no undoing then.
         w.write(&req)?;

@@ -38,16 +38,8 @@ pub fn child_copy_only(port: u16, seed: u64) -> ! {
         exit(1)
     };
     let mut z = Zcrx::open().unwrap_or_else(|e| fail(&format!("open /dev/zcrx: {e}")));
-    let rl = libc::rlimit { rlim_cur: 8 << 20, rlim_max: 8 << 20 };
-    // SAFETY: plain syscalls on this process's own credentials and limits.
-    let dropped = unsafe {
-        libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) == 0
-            && libc::setgroups(0, std::ptr::null()) == 0
-            && libc::setresgid(65534, 65534, 65534) == 0
-            && libc::setresuid(65534, 65534, 65534) == 0
-    };
-    if !dropped {
-        fail(&format!("drop privileges: {}", std::io::Error::last_os_error()));
+    if let Err(e) = crate::become_nobody(8 << 20) {
+        fail(&format!("drop privileges: {e}"));
     }
     z.register_area(4 << 20).unwrap_or_else(|e| fail(&format!("register 4 MiB as nobody: {e}")));
     let lo = zcrx::sys::ifindex("lo").unwrap_or_else(|e| fail(&format!("ifindex lo: {e}")));

@@ -104,6 +104,25 @@ fn usage() -> ! {
     exit(2);
 }
 
+/// Makes this process `nobody` (no capabilities, no supplementary groups)
+/// with `RLIMIT_MEMLOCK` `memlock` bytes: a helper's way of acting as an
+/// ordinary user after opening `/dev/zcrx` as root.
+pub fn become_nobody(memlock: u64) -> std::io::Result<()> {
+    let rl = libc::rlimit { rlim_cur: memlock, rlim_max: memlock };
+    // SAFETY: plain syscalls on this process's own credentials and limits.
+    let dropped = unsafe {
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) == 0
+            && libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(65534, 65534, 65534) == 0
+            && libc::setresuid(65534, 65534, 65534) == 0
+    };
+    if dropped {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// `--child-register BYTES LIMIT`: a helper process for the accounting
 /// tests. Opens `/dev/zcrx` (as root), then becomes `nobody` with
 /// `RLIMIT_MEMLOCK` LIMIT bytes (so without `CAP_IPC_LOCK`), registers an
@@ -114,16 +133,8 @@ fn child_register(bytes: usize, limit: u64) -> ! {
         println!("open {e}");
         exit(1)
     });
-    let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-    // SAFETY: plain syscalls on this process's own credentials and limits.
-    let dropped = unsafe {
-        libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) == 0
-            && libc::setgroups(0, std::ptr::null()) == 0
-            && libc::setresgid(65534, 65534, 65534) == 0
-            && libc::setresuid(65534, 65534, 65534) == 0
-    };
-    if !dropped {
-        println!("drop privileges: {}", std::io::Error::last_os_error());
+    if let Err(e) = become_nobody(limit) {
+        println!("drop privileges: {e}");
         exit(1);
     }
     // SAFETY: a fresh anonymous mapping, kept until exit.

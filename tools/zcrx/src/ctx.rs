@@ -66,6 +66,13 @@ impl Info {
     }
 }
 
+/// The index of interface `ifname`; `ENODEV` (as BIND would say) if there
+/// is none.
+fn ifindex_of(ifname: &str) -> Result<u32> {
+    crate::sys::ifindex(ifname)
+        .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))
+}
+
 /// Counters of a context.
 pub type Stats = zcrx_rs_stats;
 
@@ -173,13 +180,7 @@ impl Context {
 
     /// Binds the area to rx queue `rxq` of the device named `ifname`.
     pub fn bind(&self, ifname: &str, rxq: u32) -> Result<()> {
-        let c = std::ffi::CString::new(ifname)
-            .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))?;
-        // SAFETY: `c` is a NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-        if ifindex == 0 {
-            return Err(Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)));
-        }
+        let ifindex = ifindex_of(ifname)?;
         self.bind_ifindex(ifindex, rxq, 0)
     }
 
@@ -197,13 +198,7 @@ impl Context {
     /// back through the one refill ring. `EXDEV`: another device; `EEXIST`:
     /// a queue it has; `EINVAL`: not bound. Needs [`Info::add_queue`].
     pub fn add_queue(&self, ifname: &str, rxq: u32) -> Result<()> {
-        let c = std::ffi::CString::new(ifname)
-            .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))?;
-        // SAFETY: `c` is a NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-        if ifindex == 0 {
-            return Err(Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)));
-        }
+        let ifindex = ifindex_of(ifname)?;
         self.add_queue_ifindex(ifindex, rxq)
     }
 
