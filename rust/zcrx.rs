@@ -137,29 +137,24 @@ impl Zcrx {
         }
         let dev = LockedNetDev::lock_by_index(ifindex)?;
         {
+            // The queues bound now (all of one device) decide.
             let queues = self.queues.lock();
-            let bound: KVec<(usize, u32)> = {
-                let mut v = KVec::new();
-                for q in queues.iter() {
-                    if q.is_bound() {
-                        v.push((q.dev_id, q.rxq), GFP_KERNEL)?;
-                    }
+            let mut any = false;
+            for q in queues.iter().filter(|q| q.is_bound()) {
+                any = true;
+                if !more {
+                    return Err(EBUSY);
                 }
-                v
-            };
-            if more {
-                if bound.is_empty() {
-                    return Err(EINVAL);
-                }
-                if bound.iter().any(|&(d, _)| d != dev.id()) {
+                if q.dev_id != dev.id() {
                     pr_info!("bind {} rxq {}: bound to another device\n", dev.name(), rxq);
                     return Err(EXDEV);
                 }
-                if bound.iter().any(|&(_, r)| r == rxq) {
+                if q.rxq == rxq {
                     return Err(EEXIST);
                 }
-            } else if !bound.is_empty() {
-                return Err(EBUSY);
+            }
+            if more && !any {
+                return Err(EINVAL);
             }
         }
         if rxq >= dev.rx_queues() {
