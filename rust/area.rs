@@ -4,10 +4,11 @@
 //! The area: user memory registered as receive buffers.
 //!
 //! The user's pages are pinned long-term and charged to its locked memory;
-//! each page is one buffer with a `net_iov`, a user reference count and a
-//! place on the free list (all kept by [`NetIovArea`], the buffer ledger).
-//! At bind time the pages are DMA-mapped for the rx queue's device and
-//! every net_iov gets its DMA address.
+//! each buffer (a page, or a power of two of them) has a `net_iov`, a user
+//! reference count and a place on the free list (all kept by
+//! [`NetIovArea`], the buffer ledger). At bind time the pages are
+//! DMA-mapped for the rx queue's device and every net_iov gets its DMA
+//! address.
 //!
 //! Life cycle of a buffer (see Documentation/zcrx-rs.rst for the diagram):
 //! free list → page pool (alloc_netmems) → NIC → skb in a socket → handed
@@ -43,15 +44,25 @@ pub(crate) struct Area {
 }
 
 impl Area {
-    /// Registers `len` bytes of the caller's memory at `addr`.
+    /// Registers `len` bytes of the caller's memory at `addr` as buffers of
+    /// `buf_size` bytes (0: a page).
     ///
-    /// `EINVAL`: not page aligned, empty, too large or wrapping;
+    /// `EINVAL`: not page aligned, not a whole number of buffers, empty,
+    /// too large or wrapping, or a buffer size that is not a power of two
+    /// from the page size to `ZCRX_RS_BUF_MAX_SIZE`;
     /// `ENOMEM`: over `RLIMIT_MEMLOCK` (see [`crate::mm::pin::PinCharge`]); for
     /// the memory itself (`EFAULT`, `EACCES`, `EOPNOTSUPP`) see
     /// [`PinnedPages::pin_current`].
-    pub(crate) fn register(addr: u64, len: u64) -> Result<Arc<Self>> {
+    pub(crate) fn register(addr: u64, len: u64, buf_size: u32) -> Result<Arc<Self>> {
         let page = PAGE_SIZE as u64;
-        if addr % page != 0 || len % page != 0 || len == 0 || len > uapi::ZCRX_RS_AREA_MAX_LEN {
+        let buf = match u64::from(buf_size) {
+            0 => page,
+            b if b.is_power_of_two() && b >= page && b <= u64::from(uapi::ZCRX_RS_BUF_MAX_SIZE) => {
+                b
+            }
+            _ => return Err(EINVAL),
+        };
+        if addr % page != 0 || len % buf != 0 || len == 0 || len > uapi::ZCRX_RS_AREA_MAX_LEN {
             return Err(EINVAL);
         }
         addr.checked_add(len).ok_or(EINVAL)?;
@@ -62,7 +73,7 @@ impl Area {
             PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE, &GLOBAL.pinned_pages)?,
             GFP_KERNEL_ACCOUNT,
         )?;
-        let niovs = NetIovArea::new(pages)?;
+        let niovs = NetIovArea::new(pages, buf.trailing_zeros())?;
         let area = Arc::pin_init(
             try_pin_init!(Self {
                 niovs <- niovs,
@@ -77,6 +88,16 @@ impl Area {
     /// Number of buffers.
     pub(crate) fn nbufs(&self) -> usize {
         self.niovs.len()
+    }
+
+    /// Bytes per buffer.
+    pub(crate) fn buf_size(&self) -> usize {
+        self.niovs.buf_size()
+    }
+
+    /// log2 of [`Area::buf_size`].
+    pub(crate) fn buf_shift(&self) -> u32 {
+        self.niovs.buf_shift()
     }
 
     /// The buffer ledger.

@@ -141,14 +141,17 @@ impl Context {
             features: u64::from(
                 ZCRX_RS_FEATURE_UNREGISTER_AREA
                     | ZCRX_RS_FEATURE_BIND_NODEV
-                    | ZCRX_RS_FEATURE_ADD_QUEUE,
+                    | ZCRX_RS_FEATURE_ADD_QUEUE
+                    | ZCRX_RS_FEATURE_BUF_SIZE,
             ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
             pinned_pages: GLOBAL.pinned_pages.get(),
             providers: GLOBAL.providers.get(),
             pools: GLOBAL.pools.get(),
-            __resv: [0; 3],
+            max_buf_size: ZCRX_RS_BUF_MAX_SIZE,
+            __pad: 0,
+            __resv: [0; 2],
         };
         user.writer().write(&info)?;
         Ok(0)
@@ -158,7 +161,7 @@ impl Context {
         let _ctl = self.ctl.lock();
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_area_reg = r.read()?;
-        if req.flags != 0 || req.area_id != 0 || !is_zero(&req.__resv) {
+        if req.flags != 0 || req.area_id != 0 || req.__pad != 0 || !is_zero(&req.__resv) {
             return Err(EINVAL);
         }
         // Lock order: never hold `inner` while touching user memory (page
@@ -167,7 +170,7 @@ impl Context {
             // One area per context.
             return Err(EEXIST);
         }
-        let area = Area::register(req.addr, req.len)?;
+        let area = Area::register(req.addr, req.len, req.buf_size)?;
         req.area_id = 0;
         w.write(&req)?;
         let mut inner = self.inner.lock();

@@ -208,7 +208,7 @@ impl<S: RecordSink> Walker<'_, S> {
                 tally.zc_bytes -= len;
                 tally.zc_records -= 1;
             }
-            if !zcrx.user_return(r.off as usize / PAGE_SIZE) {
+            if !zcrx.user_return((r.off >> zcrx.area().buf_shift()) as usize) {
                 // The user never saw the record, but may have guessed the
                 // buffer and returned it through the ring meanwhile: its
                 // reference went back then.
@@ -305,7 +305,8 @@ impl<S: RecordSink> Walker<'_, S> {
 
     /// Hands `n` bytes at `boff` of our buffer `buf` to the user.
     fn zero_copy(&mut self, buf: FragBuf<'_>, boff: usize, n: usize) -> Result<usize> {
-        if boff + n > PAGE_SIZE {
+        let shift = self.zcrx.area().buf_shift();
+        if boff + n > 1 << shift {
             return Err(EFAULT);
         }
         if !self.make_room() {
@@ -316,7 +317,7 @@ impl<S: RecordSink> Walker<'_, S> {
         // being recycled while the user reads it.
         buf.give_to_user();
         let rec = zcrx_rs_rec {
-            off: (idx * PAGE_SIZE + boff) as u64,
+            off: ((idx << shift) + boff) as u64,
             len: n as u32,
             flags: 0,
         };
@@ -347,14 +348,21 @@ impl<S: RecordSink> Walker<'_, S> {
                 break;
             };
             let idx = buf.idx();
-            let chunk = (n - done).min(PAGE_SIZE);
-            // On failure `buf` goes back to the free list as it drops.
-            buf.with_page(|page| skb.copy_bits_to_page((off + done) as u32, page, chunk))?;
+            let chunk = (n - done).min(area.buf_size());
+            // Page by page (a buffer may span several); on failure `buf`
+            // goes back to the free list as it drops.
+            let mut filled = 0;
+            for k in 0..chunk.div_ceil(PAGE_SIZE) {
+                let len = (chunk - filled).min(PAGE_SIZE);
+                let at = (off + done + filled) as u32;
+                buf.with_page(k, |page| skb.copy_bits_to_page(at, page, len))??;
+                filled += len;
+            }
             // A copy buffer belongs to no pool; its one reference is the
             // user's, dropped when the user returns it.
             buf.give_to_user();
             let rec = zcrx_rs_rec {
-                off: (idx * PAGE_SIZE) as u64,
+                off: (idx << area.buf_shift()) as u64,
                 len: chunk as u32,
                 flags: ZCRX_RS_REC_COPY,
             };

@@ -40,15 +40,21 @@ pub(crate) enum BadRqe {
 }
 
 /// Validates an entry's fields: returns the buffer index in an area of
-/// `nbufs` buffers.
-pub(crate) fn parse_rqe(off: u64, pad: u32, nbufs: usize) -> core::result::Result<usize, BadRqe> {
+/// `nbufs` buffers of `1 << buf_shift` bytes.
+pub(crate) fn parse_rqe(
+    off: u64,
+    pad: u32,
+    nbufs: usize,
+    buf_shift: u32,
+) -> core::result::Result<usize, BadRqe> {
     if pad != 0 {
         return Err(BadRqe::Pad);
     }
-    if off % PAGE_SIZE as u64 != 0 {
+    let mask = 1u64.checked_shl(buf_shift).ok_or(BadRqe::OutOfRange)? - 1;
+    if off & mask != 0 {
         return Err(BadRqe::Unaligned);
     }
-    let idx = off / PAGE_SIZE as u64;
+    let idx = off >> buf_shift;
     if idx >= nbufs as u64 {
         return Err(BadRqe::OutOfRange);
     }
@@ -149,23 +155,40 @@ mod tests {
     use super::*;
 
     const P: u64 = PAGE_SIZE as u64;
+    const S: u32 = crate::mm::pin::PAGE_SHIFT;
 
     #[test]
     fn accepts_buffer_starts() -> Result {
-        assert_eq!(parse_rqe(0, 0, 16), Ok(0));
-        assert_eq!(parse_rqe(5 * P, 0, 16), Ok(5));
-        assert_eq!(parse_rqe(15 * P, 0, 16), Ok(15));
+        assert_eq!(parse_rqe(0, 0, 16, S), Ok(0));
+        assert_eq!(parse_rqe(5 * P, 0, 16, S), Ok(5));
+        assert_eq!(parse_rqe(15 * P, 0, 16, S), Ok(15));
+        Ok(())
+    }
+
+    #[test]
+    fn large_buffers() -> Result {
+        // 32 KiB buffers: entries name buffer starts, not pages.
+        let s = S + 3;
+        assert_eq!(parse_rqe(0, 0, 4, s), Ok(0));
+        assert_eq!(parse_rqe(24 * P, 0, 4, s), Ok(3));
+        assert_eq!(parse_rqe(P, 0, 4, s), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(4 * P, 0, 4, s), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(32 * P, 0, 4, s), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_rqe(0, 0, 4, 64), Err(BadRqe::OutOfRange));
         Ok(())
     }
 
     #[test]
     fn refuses_bad_entries() -> Result {
-        assert_eq!(parse_rqe(16 * P, 0, 16), Err(BadRqe::OutOfRange));
-        assert_eq!(parse_rqe(u64::MAX - P + 1, 0, 16), Err(BadRqe::OutOfRange));
-        assert_eq!(parse_rqe(P + 1, 0, 16), Err(BadRqe::Unaligned));
-        assert_eq!(parse_rqe(1, 0, 16), Err(BadRqe::Unaligned));
-        assert_eq!(parse_rqe(0, 1, 16), Err(BadRqe::Pad));
-        assert_eq!(parse_rqe(0, 0, 0), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_rqe(16 * P, 0, 16, S), Err(BadRqe::OutOfRange));
+        assert_eq!(
+            parse_rqe(u64::MAX - P + 1, 0, 16, S),
+            Err(BadRqe::OutOfRange)
+        );
+        assert_eq!(parse_rqe(P + 1, 0, 16, S), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(1, 0, 16, S), Err(BadRqe::Unaligned));
+        assert_eq!(parse_rqe(0, 1, 16, S), Err(BadRqe::Pad));
+        assert_eq!(parse_rqe(0, 0, 0, S), Err(BadRqe::OutOfRange));
         Ok(())
     }
 

@@ -34,6 +34,8 @@ pod!(
         pinned_pages,
         providers,
         pools,
+        max_buf_size,
+        __pad,
         __resv
     },
     zcrx_rs_area_reg {
@@ -41,6 +43,8 @@ pod!(
         len,
         flags,
         area_id,
+        buf_size,
+        __pad,
         __resv
     },
     zcrx_rs_ring_offsets {

@@ -205,6 +205,13 @@ impl Zcrx {
                     dev.name(),
                     rxq
                 );
+            } else if *e == ERANGE {
+                pr_info!(
+                    "bind {} rxq {}: {}-byte buffers not contiguous for DMA (use huge pages)\n",
+                    dev.name(),
+                    rxq,
+                    self.area.buf_size()
+                );
             }
         })?;
         *queue.dma.lock() = Some(share);
@@ -318,7 +325,7 @@ impl Zcrx {
             for _ in 0..n {
                 let (off, pad) = self.ring.read(*head);
                 *head = head.wrapping_add(1);
-                match parse_rqe(off, pad, self.area.nbufs()) {
+                match parse_rqe(off, pad, self.area.nbufs(), self.area.buf_shift()) {
                     Ok(idx) if self.user_return(idx) => ok += 1,
                     _ => bad += 1,
                 }
@@ -345,7 +352,7 @@ impl Zcrx {
         for _ in 0..n {
             let (off, pad) = self.ring.read(*head);
             *head = head.wrapping_add(1);
-            match parse_rqe(off, pad, self.area.nbufs()) {
+            match parse_rqe(off, pad, self.area.nbufs(), self.area.buf_shift()) {
                 Ok(idx) if niovs.user_return(idx, Some(&mut *batch)) => ok += 1,
                 _ => bad += 1,
             }

@@ -23,6 +23,8 @@ use crate::stats::{Counter, GaugeShare};
 
 /// Size of a page.
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
+/// log2 of [`PAGE_SIZE`].
+pub(crate) const PAGE_SHIFT: u32 = PAGE_SIZE.trailing_zeros();
 
 /// User pages pinned with `FOLL_LONGTERM | FOLL_WRITE`, with their charge.
 ///

@@ -45,7 +45,7 @@ use super::{
 };
 use crate::mm::{
     dma::{DmaDevice, DmaMapping},
-    pin::{MappedPage, PinnedPages, PAGE_SIZE},
+    pin::{MappedPage, PinnedPages, PAGE_SHIFT},
 };
 
 /// Ids of net_iov areas: unique for the life of the module, so a token of
@@ -87,9 +87,12 @@ struct AreaDma {
 ///
 ///   Each user reference stands for one page-pool reference that this type
 ///   took for the user and drops when the user gives the buffer back.
-/// - Buffer `i` is page `i` of `pages`.
+/// - Buffer `i` is pages `i << order .. (i + 1) << order` of `pages`
+///   (`order = buf_shift - PAGE_SHIFT`); `pages.len()` is a whole number
+///   of buffers.
 /// - While `dma` holds a mapping, every net_iov's DMA address is its
-///   buffer's address in that mapping and `mapped_dev` is the mapping's
+///   buffer's address in that mapping, where the whole buffer is one
+///   contiguous range of DMA addresses, and `mapped_dev` is the mapping's
 ///   device; otherwise the addresses and `mapped_dev` are 0. `mapped_dev`
 ///   changes only under the `free` lock, which allocations for a pool hold
 ///   from checking it to attaching buffers.
@@ -105,6 +108,8 @@ pub(crate) struct NetIovArea {
     area: ManuallyDrop<KBox<Opaque<bindings::net_iov_area>>>,
     niovs: ManuallyDrop<KVVec<NetIov>>,
     pages: Arc<PinnedPages>,
+    /// log2 of the buffer size in bytes (at least `PAGE_SHIFT`).
+    buf_shift: u32,
     urefs: UserRefs,
     #[pin]
     free: SpinLockBh<FreeList>,
@@ -125,9 +130,18 @@ unsafe impl Send for NetIovArea {}
 unsafe impl Sync for NetIovArea {}
 
 impl NetIovArea {
-    /// An area whose buffers are `pages`, one page each, all free.
-    pub(crate) fn new(pages: Arc<PinnedPages>) -> Result<impl PinInit<Self, Error>> {
-        let n = pages.len();
+    /// An area whose buffers are `pages`, `1 << buf_shift` bytes (whole
+    /// pages) each, all free. `EINVAL` unless `buf_shift` is at least the
+    /// page shift and the pages are a whole number of buffers.
+    pub(crate) fn new(
+        pages: Arc<PinnedPages>,
+        buf_shift: u32,
+    ) -> Result<impl PinInit<Self, Error>> {
+        let order = buf_shift.checked_sub(PAGE_SHIFT).ok_or(EINVAL)?;
+        if order >= usize::BITS || pages.len() % (1usize << order) != 0 {
+            return Err(EINVAL);
+        }
+        let n = pages.len() >> order;
         // Charged to the caller's memory cgroup, like io_uring's area
         // arrays: these scale with the area.
         let area = KBox::new(
@@ -159,6 +173,7 @@ impl NetIovArea {
             area: ManuallyDrop::new(area),
             niovs: ManuallyDrop::new(niovs),
             pages,
+            buf_shift,
             urefs,
             free <- new_spinlock_bh!(free, "NetIovArea::free"),
             dma <- new_mutex!(None, "NetIovArea::dma"),
@@ -176,6 +191,21 @@ impl NetIovArea {
     /// Buffers on the free list now.
     pub(crate) fn free_count(&self) -> usize {
         self.free.lock().len()
+    }
+
+    /// log2 of the buffer size.
+    pub(crate) fn buf_shift(&self) -> u32 {
+        self.buf_shift
+    }
+
+    /// Bytes per buffer.
+    pub(crate) fn buf_size(&self) -> usize {
+        1 << self.buf_shift
+    }
+
+    /// Pages per buffer, as a page-pool order.
+    pub(crate) fn buf_order(&self) -> u32 {
+        self.buf_shift - PAGE_SHIFT
     }
 
     /// Buffers the user holds, counted with multiplicity (a walk: for stats
@@ -288,7 +318,7 @@ impl NetIovArea {
 
     /// Takes a free buffer (for a copy): it is attached to no pool and
     /// goes back to the free list when dropped, unless given to the user.
-    /// Fill it with [`FreeBuf::with_page`].
+    /// Fill it with [`FreeBuf::with_page`], page by page.
     pub(crate) fn take_free(&self) -> Option<FreeBuf<'_>> {
         let idx = self.free.lock().pop()? as usize;
         Some(FreeBuf { area: self, idx })
@@ -372,7 +402,8 @@ impl NetIovArea {
             return;
         }
         let off = pool.offset() as usize;
-        if off >= PAGE_SIZE {
+        let size = self.buf_size();
+        if off >= size {
             return;
         }
         for nm in batch.netmems() {
@@ -384,8 +415,9 @@ impl NetIovArea {
                 // batch's buffers are attached to the pool, so `teardown`
                 // refuses unless this area's provider is being uninstalled,
                 // which the core does only after the queue stopped
-                // allocating); `off + len` is within the buffer.
-                unsafe { pool.sync_for_device(addr + off as u64, (PAGE_SIZE - off) as u32) };
+                // allocating); `off + len` is within the buffer, whose DMA
+                // addresses are contiguous (type invariant).
+                unsafe { pool.sync_for_device(addr + off as u64, (size - off) as u32) };
             }
         }
     }
@@ -416,7 +448,9 @@ impl NetIovArea {
     /// device still hold buffers). A mapping for another device that no
     /// share uses and no pool holds a buffer of is torn down first;
     /// otherwise `EBUSY`: a net_iov has one DMA address, so the area serves
-    /// one device at a time.
+    /// one device at a time. `ERANGE` if a buffer larger than a page is not
+    /// one contiguous range of DMA addresses (memory that is not
+    /// physically contiguous per buffer, behind no IOMMU).
     pub(crate) fn map_dma(&self, dev: DmaDevice) -> Result<DmaUse> {
         let mut dma = self.dma.lock();
         if let Some(d) = &mut *dma {
@@ -429,16 +463,19 @@ impl NetIovArea {
             }
         }
         let m = DmaMapping::new(dev, self.pages.clone())?;
+        let size = self.buf_size();
         let mut idx = 0usize;
         m.for_each_segment(|addr, len| {
-            if len % PAGE_SIZE != 0 {
-                return Err(EINVAL);
+            // Segments in page order, each a whole number of buffers: then
+            // every buffer is one range of DMA addresses.
+            if len % size != 0 {
+                return Err(ERANGE);
             }
-            for k in 0..len / PAGE_SIZE {
+            for k in 0..len / size {
                 if idx >= self.len() {
                     return Err(EINVAL);
                 }
-                self.set_dma_addr(idx, addr + (k * PAGE_SIZE) as u64)?;
+                self.set_dma_addr(idx, addr + (k * size) as u64)?;
                 idx += 1;
             }
             Ok(())
@@ -600,10 +637,18 @@ impl FreeBuf<'_> {
         self.idx
     }
 
-    /// Runs `f` with the buffer's page mapped into the kernel (to fill it
-    /// with a copy).
-    pub(crate) fn with_page<R>(&mut self, f: impl FnOnce(&mut MappedPage<'_>) -> R) -> R {
-        self.area.pages.with_mapped(self.idx, f)
+    /// Runs `f` with page `k` of the buffer mapped into the kernel (to
+    /// fill it with a copy); `EINVAL` if the buffer has no page `k`.
+    pub(crate) fn with_page<R>(
+        &mut self,
+        k: usize,
+        f: impl FnOnce(&mut MappedPage<'_>) -> R,
+    ) -> Result<R> {
+        let order = self.area.buf_order();
+        if k >> order != 0 {
+            return Err(EINVAL);
+        }
+        Ok(self.area.pages.with_mapped((self.idx << order) + k, f))
     }
 
     /// Hands the filled buffer to the user.

@@ -206,14 +206,15 @@ unsafe extern "C" fn init<T: MemoryProvider>(pp: *mut bindings::page_pool) -> i3
     if pool.mp_priv().is_null() {
         return EINVAL.to_errno();
     }
-    // What the area's buffers are: one page each, mapped by us for the
-    // device to write. A pool that wants anything else would make the NIC
-    // write past a buffer; refuse it here, whatever `T::init` says.
-    if pool.order() != 0 || !pool.dma_map() || !pool.dma_from_device() {
-        return EOPNOTSUPP.to_errno();
-    }
     // SAFETY: `pool` uses our ops.
     let this = unsafe { provider_of::<T>(pool) };
+    // What the area's buffers are: `1 << order` pages each, mapped by us
+    // for the device to write. A pool that wants anything else would make
+    // the NIC write past a buffer; refuse it here, whatever `T::init` says.
+    if pool.order() != this.net_iov_area().buf_order() || !pool.dma_map() || !pool.dma_from_device()
+    {
+        return EOPNOTSUPP.to_errno();
+    }
     match T::init(this, pool) {
         Ok(()) => {
             // The pool's reference, dropped in `destroy`.
@@ -405,11 +406,19 @@ fn params<T: MemoryProvider>(
     ops: &'static ProviderOps<T>,
     this: &Arc<T>,
 ) -> bindings::pp_memory_provider_params {
+    let area = this.net_iov_area();
     bindings::pp_memory_provider_params {
         // The pointer from the `Arc` itself: valid for `Arc::from_raw` and
         // `ArcBorrow::from_raw` in the callbacks.
         mp_priv: Arc::as_ptr(this).cast_mut().cast(),
         mp_ops: ops.as_raw(),
-        ..pin_init::zeroed()
+        // Buffers larger than a page need a queue that takes them (the
+        // core refuses a driver without `QCFG_RX_PAGE_SIZE`); one page is
+        // every driver's default, asked for by not asking.
+        rx_page_size: if area.buf_order() == 0 {
+            0
+        } else {
+            area.buf_size() as u32
+        },
     }
 }

@@ -96,7 +96,7 @@ fn area_bad_inputs(env: &Env) -> Outcome {
     // Reserved fields and flags.
     let mut reg = zcrx_rs_area_reg { addr: base, len: ps, flags: 1, ..Default::default() };
     tryo!(expect_errno("flags set", ioctl(&fd(&z), IOC_REGISTER_AREA as _, &mut reg as *mut _ as usize), libc::EINVAL));
-    let mut reg = zcrx_rs_area_reg { addr: base, len: ps, __resv: [0, 1], ..Default::default() };
+    let mut reg = zcrx_rs_area_reg { addr: base, len: ps, __resv: [1], ..Default::default() };
     tryo!(expect_errno("reserved set", ioctl(&fd(&z), IOC_REGISTER_AREA as _, &mut reg as *mut _ as usize), libc::EINVAL));
     // Nothing was registered by any of this.
     let st = tryo!(z.stats().map_err(|e| e.to_string()));

@@ -19,6 +19,7 @@ macro_rules! tryo {
     };
 }
 
+mod bigbuf;
 mod clients;
 mod common;
 mod copyonly;
@@ -94,6 +95,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(share::TESTS);
     v.extend_from_slice(copyonly::TESTS);
     v.extend_from_slice(multiqueue::TESTS);
+    v.extend_from_slice(bigbuf::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v

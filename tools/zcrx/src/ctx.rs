@@ -243,7 +243,7 @@ impl Context {
         }
         match Mapping::shared(self.shared.fd.as_raw_fd(), b.mmap_len as usize) {
             Ok(map) => {
-                let mut ring = Ring::new(map, &b, due);
+                let mut ring = Ring::new(map, &b, due, page_size());
                 ring.flush_backlog();
                 f.ring = Some(ring);
                 Ok(())

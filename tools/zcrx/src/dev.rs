@@ -77,6 +77,29 @@ impl Mapping {
         Ok(Mapping { ptr: p.cast(), len })
     }
 
+    /// `len` bytes (rounded up to whole huge pages) of hugetlbfs memory, so
+    /// that buffers larger than a page are physically contiguous: needs huge
+    /// pages reserved (`/proc/sys/vm/nr_hugepages`), `ENOMEM` otherwise.
+    pub(crate) fn huge(len: usize) -> io::Result<Self> {
+        let hp = huge_page_size();
+        let len = len.div_ceil(hp) * hp;
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
     pub(crate) fn shared(fd: RawFd, len: usize) -> io::Result<Self> {
         // SAFETY: maps the device's ring at offset 0; the kernel checks the length.
         let p = unsafe {
@@ -106,20 +129,21 @@ pub(crate) struct Ring {
     /// Entries that did not fit yet (see [`Zcrx::refill`]), oldest first.
     pub(crate) backlog: Vec<u64>,
     /// Clears the offset-within-buffer bits of an area offset.
-    page_mask: u64,
+    buf_mask: u64,
 }
 
 impl Ring {
     /// The ring that `BIND` (`b`, its output) set up, mapped as `map`;
     /// `backlog`: entries still due from an earlier ring.
-    pub(crate) fn new(map: Mapping, b: &zcrx_rs_bind, backlog: Vec<u64>) -> Self {
+    /// `buf_size`: the area's buffer size.
+    pub(crate) fn new(map: Mapping, b: &zcrx_rs_bind, backlog: Vec<u64>, buf_size: usize) -> Self {
         Ring {
             map,
             offsets: b.offsets,
             entries: b.rq_entries,
             tail: 0,
             backlog,
-            page_mask: !(page_size() as u64 - 1),
+            buf_mask: !(buf_size as u64 - 1),
         }
     }
 
@@ -128,7 +152,7 @@ impl Ring {
     /// otherwise (oldest first); one release store publishes them all.
     pub(crate) fn give_back(&mut self, offs: impl ExactSizeIterator<Item = u64>) {
         self.flush_backlog();
-        let mask = self.page_mask;
+        let mask = self.buf_mask;
         let mut direct = if self.backlog.is_empty() { self.room().min(offs.len()) } else { 0 };
         let published = direct > 0;
         for off in offs {
@@ -196,6 +220,8 @@ pub struct Zcrx {
     fd: OwnedFd,
     area: Option<Mapping>,
     ring: Option<Ring>,
+    /// The registered area's buffer size (the page size until one is).
+    buf_size: usize,
 }
 
 impl Zcrx {
@@ -206,7 +232,7 @@ impl Zcrx {
 
     /// Opens the device at `path`.
     pub fn open_path(path: &Path) -> io::Result<Self> {
-        Ok(Zcrx { fd: open(path, libc::O_RDWR)?, area: None, ring: None })
+        Ok(Zcrx { fd: open(path, libc::O_RDWR)?, area: None, ring: None, buf_size: page_size() })
     }
 
     /// The raw fd (for tests that issue their own ioctls).
@@ -230,10 +256,25 @@ impl Zcrx {
 
     /// Maps `len` bytes of anonymous memory and registers them as the area.
     pub fn register_area(&mut self, len: usize) -> io::Result<()> {
-        let m = Mapping::anon(len)?;
-        self.register_raw(m.ptr as u64, len as u64)?;
+        self.register_area_buf(len, 0)
+    }
+
+    /// Registers `len` bytes as an area of `buf_size`-byte buffers (0: the
+    /// page size). Buffers larger than a page get hugetlbfs memory, which a
+    /// NIC can write whole (needs huge pages reserved: `ENOMEM` otherwise);
+    /// with `huge == false` plain anonymous memory, good for copy-only
+    /// contexts only (`BIND` says `ERANGE`).
+    pub fn register_area_with(&mut self, len: usize, buf_size: usize, huge: bool) -> io::Result<()> {
+        let m = if huge { Mapping::huge(len)? } else { Mapping::anon(len)? };
+        self.register_raw_buf(m.ptr as u64, len as u64, buf_size as u32)?;
         self.area = Some(m);
         Ok(())
+    }
+
+    /// [`Zcrx::register_area_with`], huge pages when `buf_size` is larger
+    /// than a page.
+    pub fn register_area_buf(&mut self, len: usize, buf_size: usize) -> io::Result<()> {
+        self.register_area_with(len, buf_size, buf_size > page_size())
     }
 
     /// Registers memory the caller owns (`addr`, `len`); the caller keeps it
@@ -242,6 +283,19 @@ impl Zcrx {
         let mut r = zcrx_rs_area_reg { addr, len, ..Default::default() };
         ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
         Ok(())
+    }
+
+    /// [`Zcrx::register_raw`] with `buf_size`-byte buffers (0: a page).
+    pub fn register_raw_buf(&mut self, addr: u64, len: u64, buf_size: u32) -> io::Result<()> {
+        let mut r = zcrx_rs_area_reg { addr, len, buf_size, ..Default::default() };
+        ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
+        self.buf_size = if buf_size == 0 { page_size() } else { buf_size as usize };
+        Ok(())
+    }
+
+    /// The area's buffer size (the page size before one is registered).
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
     }
 
     /// Binds to rx queue `rxq` of `ifindex` (the caller's network namespace)
@@ -272,7 +326,7 @@ impl Zcrx {
         let entries = if rq_entries != 0 {
             rq_entries
         } else {
-            let bufs = self.area.as_ref().map_or(1, |a| a.len / page_size());
+            let bufs = self.area.as_ref().map_or(1, |a| a.len / self.buf_size);
             (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES)
         };
         let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, flags, ..Default::default() };
@@ -281,7 +335,7 @@ impl Zcrx {
         // Binding again after UNBIND: the kernel took what the old ring held;
         // returns still waiting in its backlog go through the new ring.
         let backlog = self.ring.take().map(|r| r.backlog).unwrap_or_default();
-        self.ring = Some(Ring::new(map, &b, backlog));
+        self.ring = Some(Ring::new(map, &b, backlog, self.buf_size));
         Ok(())
     }
 
@@ -299,6 +353,7 @@ impl Zcrx {
         ioctl(&self.fd, IOC_UNREGISTER_AREA as _, 0)?;
         self.ring = None;
         self.area = None;
+        self.buf_size = page_size();
         Ok(())
     }
 
@@ -386,10 +441,22 @@ impl Zcrx {
     }
 }
 
-/// The system page size (the buffer size).
+/// The system page size (the default buffer size).
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// The default huge page size (`Hugepagesize` in `/proc/meminfo`; 2 MiB if
+/// it cannot be read).
+pub fn huge_page_size() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let l = m.lines().find(|l| l.starts_with("Hugepagesize:"))?;
+            l.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(2 << 20, |kb| kb << 10)
 }
 
 /// Keeps `File` in the public API for users who open the node themselves.

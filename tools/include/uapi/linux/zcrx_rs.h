@@ -20,13 +20,18 @@
 
 #define ZCRX_RS_API_VERSION	1
 
-/* Buffers are one page each; an area is a whole number of buffers. */
+/*
+ * Buffers are one page each unless REGISTER_AREA asks for larger ones
+ * (buf_size: a power of two up to ZCRX_RS_BUF_MAX_SIZE); an area is a whole
+ * number of buffers.
+ */
 #define ZCRX_RS_AREA_MAX_LEN	(1ULL << 32)	/* 4 GiB */
+#define ZCRX_RS_BUF_MAX_SIZE	(1U << 21)	/* 2 MiB */
 #define ZCRX_RS_RQ_MAX_ENTRIES	32768
 
 /*
  * Offsets into the area are what records and refill entries carry: the
- * buffer is at area_base + off, off is a multiple of the page size for
+ * buffer is at area_base + off, off is a multiple of the buffer size for
  * refill entries.
  */
 
@@ -36,7 +41,8 @@
  */
 struct zcrx_rs_info {
 	__u32	api_version;		/* out: ZCRX_RS_API_VERSION */
-	__u32	page_size;		/* out: buffer size */
+	__u32	page_size;		/* out: page size: the default and
+					 * smallest buffer size */
 	__u64	features;		/* out: ZCRX_RS_FEATURE_* */
 	__u64	contexts;		/* out: open contexts, this one included */
 	__u64	areas;			/* out: registered areas alive */
@@ -45,21 +51,40 @@ struct zcrx_rs_info {
 					 * however many queues (until every
 					 * page pool that used one is gone) */
 	__u64	pools;			/* out: page pools using zcrx_rs */
-	__u64	__resv[3];		/* out: zero */
+	__u32	max_buf_size;		/* out: largest buf_size of an area
+					 * (ZCRX_RS_FEATURE_BUF_SIZE) */
+	__u32	__pad;			/* out: zero */
+	__u64	__resv[2];		/* out: zero */
 };
 
 /* INFO features: what this module supports beyond API version 1's base. */
 #define ZCRX_RS_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* ZCRX_RS_IOC_UNREGISTER_AREA */
 #define ZCRX_RS_FEATURE_BIND_NODEV	(1ULL << 1)	/* ZCRX_RS_BIND_NODEV */
 #define ZCRX_RS_FEATURE_ADD_QUEUE	(1ULL << 2)	/* ZCRX_RS_BIND_ADD_QUEUE */
+#define ZCRX_RS_FEATURE_BUF_SIZE	(1ULL << 3)	/* zcrx_rs_area_reg.buf_size */
 
-/* ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers. */
+/*
+ * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
+ *
+ * A buffer larger than a page must be physically contiguous for a NIC to
+ * write it: back the area with huge pages (hugetlbfs, or THP with addr
+ * aligned to the huge page size), else BIND fails with ERANGE. A copy-only
+ * context (ZCRX_RS_BIND_NODEV) takes any memory.
+ */
 struct zcrx_rs_area_reg {
 	__u64	addr;			/* in: page aligned */
-	__u64	len;			/* in: page aligned, <= ZCRX_RS_AREA_MAX_LEN */
+	__u64	len;			/* in: a multiple of the buffer size,
+					 * <= ZCRX_RS_AREA_MAX_LEN */
 	__u32	flags;			/* in: must be zero */
 	__u32	area_id;		/* out: 0 (one area per context) */
-	__u64	__resv[2];		/* in: zero */
+	__u32	buf_size;		/* in: bytes per buffer, a power of two
+					 * from the page size to
+					 * ZCRX_RS_BUF_MAX_SIZE; 0: the page
+					 * size. The queues bound must take
+					 * buffers of this size (their driver's
+					 * rx_page_size support) */
+	__u32	__pad;			/* in: zero */
+	__u64	__resv[1];		/* in: zero */
 };
 
 /* Refill ring layout in the mmap of the context (offset 0). */
@@ -91,9 +116,9 @@ struct zcrx_rs_bind {
 #define ZCRX_RS_BIND_NODEV	(1U << 0)	/* copy-only: no queue */
 #define ZCRX_RS_BIND_ADD_QUEUE	(1U << 1)	/* one more queue, same device */
 
-/* One refill ring entry: hand buffer [off, off + page size) back. */
+/* One refill ring entry: hand buffer [off, off + buffer size) back. */
 struct zcrx_rs_rqe {
-	__u64	off;			/* page aligned offset in the area */
+	__u64	off;			/* buffer aligned offset in the area */
 	__u32	len;			/* ignored (informational) */
 	__u32	__pad;			/* must be zero */
 };

@@ -5,10 +5,12 @@
 
 pub const ZCRX_RS_API_VERSION: u32 = 1;
 pub const ZCRX_RS_AREA_MAX_LEN: u64 = 4294967296;
+pub const ZCRX_RS_BUF_MAX_SIZE: u32 = 2097152;
 pub const ZCRX_RS_RQ_MAX_ENTRIES: u32 = 32768;
 pub const ZCRX_RS_FEATURE_UNREGISTER_AREA: u32 = 1;
 pub const ZCRX_RS_FEATURE_BIND_NODEV: u32 = 2;
 pub const ZCRX_RS_FEATURE_ADD_QUEUE: u32 = 4;
+pub const ZCRX_RS_FEATURE_BUF_SIZE: u32 = 8;
 pub const ZCRX_RS_BIND_NODEV: u32 = 1;
 pub const ZCRX_RS_BIND_ADD_QUEUE: u32 = 2;
 pub const ZCRX_RS_REC_COPY: u32 = 1;
@@ -35,7 +37,9 @@ pub struct zcrx_rs_info {
     pub pinned_pages: __u64,
     pub providers: __u64,
     pub pools: __u64,
-    pub __resv: [__u64; 3usize],
+    pub max_buf_size: __u32,
+    pub __pad: __u32,
+    pub __resv: [__u64; 2usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -57,8 +61,12 @@ const _: () = {
         [::core::mem::offset_of!(zcrx_rs_info, providers) - 40usize];
     ["Offset of field: zcrx_rs_info::pools"]
         [::core::mem::offset_of!(zcrx_rs_info, pools) - 48usize];
+    ["Offset of field: zcrx_rs_info::max_buf_size"]
+        [::core::mem::offset_of!(zcrx_rs_info, max_buf_size) - 56usize];
+    ["Offset of field: zcrx_rs_info::__pad"]
+        [::core::mem::offset_of!(zcrx_rs_info, __pad) - 60usize];
     ["Offset of field: zcrx_rs_info::__resv"]
-        [::core::mem::offset_of!(zcrx_rs_info, __resv) - 56usize];
+        [::core::mem::offset_of!(zcrx_rs_info, __resv) - 64usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -67,7 +75,9 @@ pub struct zcrx_rs_area_reg {
     pub len: __u64,
     pub flags: __u32,
     pub area_id: __u32,
-    pub __resv: [__u64; 2usize],
+    pub buf_size: __u32,
+    pub __pad: __u32,
+    pub __resv: [__u64; 1usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -81,8 +91,12 @@ const _: () = {
         [::core::mem::offset_of!(zcrx_rs_area_reg, flags) - 16usize];
     ["Offset of field: zcrx_rs_area_reg::area_id"]
         [::core::mem::offset_of!(zcrx_rs_area_reg, area_id) - 20usize];
+    ["Offset of field: zcrx_rs_area_reg::buf_size"]
+        [::core::mem::offset_of!(zcrx_rs_area_reg, buf_size) - 24usize];
+    ["Offset of field: zcrx_rs_area_reg::__pad"]
+        [::core::mem::offset_of!(zcrx_rs_area_reg, __pad) - 28usize];
     ["Offset of field: zcrx_rs_area_reg::__resv"]
-        [::core::mem::offset_of!(zcrx_rs_area_reg, __resv) - 24usize];
+        [::core::mem::offset_of!(zcrx_rs_area_reg, __resv) - 32usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
