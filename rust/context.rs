@@ -12,8 +12,8 @@
 //! and uncharged when the last page pool that used it is gone.
 //!
 //! ioctls (see `tools/include/uapi/linux/zcrx_rs.h`): INFO, REGISTER_AREA,
-//! BIND, RECV, STATS, UNBIND, UNREGISTER_AREA; mmap at offset 0 maps the
-//! refill ring.
+//! BIND, RECV, STATS, UNBIND, UNREGISTER_AREA, EVENTS; mmap at offset 0
+//! maps the refill ring; poll reports fired events (`EPOLLPRI`).
 //!
 //! Lock order: `ctl` → mmap_lock → `inner`. So `inner` is never held while
 //! user memory is touched (copies, pinning) and is only taken briefly;
@@ -30,15 +30,16 @@ use kernel::{
     mm::virt::VmaNew,
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{poll::PollTable, Arc, Mutex},
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
 
 use crate::area::Area;
+use crate::events::{self, Events};
 use crate::mm::pin::PAGE_SIZE;
 use crate::net::sock::TcpSocket;
 use crate::recv;
-use crate::refill::{self, HEAD_OFF, RQES_OFF, TAIL_OFF};
+use crate::refill::{self, HEAD_OFF, RQES_OFF, STATS_OFF, TAIL_OFF};
 use crate::stats::GLOBAL;
 use crate::uapi::{self, *};
 use crate::zcrx::Zcrx;
@@ -61,6 +62,9 @@ pub(crate) struct Context {
     ctl: Mutex<()>,
     #[pin]
     inner: Mutex<Inner>,
+    /// Armed and fired events; attached to `inner.zcrx` while it is the
+    /// context's (detached before the context lets go of one).
+    events: Arc<Events>,
 }
 
 /// A RECV in progress: counted in `Inner::recvs` while it lives.
@@ -79,7 +83,7 @@ fn describe_ring(req: &mut zcrx_rs_bind, entries: u32) {
         head: HEAD_OFF,
         tail: TAIL_OFF,
         rqes: RQES_OFF,
-        __resv: 0,
+        stats: STATS_OFF,
     };
     req.mmap_len = refill::ring_bytes(entries) as u64;
 }
@@ -104,6 +108,7 @@ impl MiscDevice for Context {
                     },
                     "Context::inner"
                 ),
+                events: Events::new()?,
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -122,8 +127,13 @@ impl MiscDevice for Context {
             uapi::IOC_STATS => me.stats(user),
             uapi::IOC_UNBIND => me.unbind(),
             uapi::IOC_UNREGISTER_AREA => me.unregister_area(),
+            uapi::IOC_EVENTS => me.events(user),
             _ => Err(ENOTTY),
         }
+    }
+
+    fn poll(me: Pin<&Context>, file: &File, table: &PollTable<'_>) -> u32 {
+        me.events.poll(file, table)
     }
 
     fn mmap(me: Pin<&Context>, _file: &File, vma: &VmaNew) -> Result {
@@ -142,7 +152,8 @@ impl Context {
                 ZCRX_RS_FEATURE_UNREGISTER_AREA
                     | ZCRX_RS_FEATURE_BIND_NODEV
                     | ZCRX_RS_FEATURE_ADD_QUEUE
-                    | ZCRX_RS_FEATURE_BUF_SIZE,
+                    | ZCRX_RS_FEATURE_BUF_SIZE
+                    | ZCRX_RS_FEATURE_EVENTS,
             ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
@@ -195,7 +206,7 @@ impl Context {
             || req.offsets.head != 0
             || req.offsets.tail != 0
             || req.offsets.rqes != 0
-            || req.offsets.__resv != 0
+            || req.offsets.stats != 0
             || req.mmap_len != 0
         {
             return Err(EINVAL);
@@ -247,6 +258,7 @@ impl Context {
                 return Err(EBUSY);
             }
             inner.zcrx = Some(zcrx.clone());
+            zcrx.attach_events(self.events.clone());
             Ok(())
         });
         if let Err(e) = published {
@@ -258,6 +270,7 @@ impl Context {
             // and the old state lets go of its queues (those the device
             // took down keep it alive through theirs until then).
             let _ = old.unbind();
+            drop(old.detach_events());
         }
         Ok(0)
     }
@@ -334,6 +347,25 @@ impl Context {
         Ok(0)
     }
 
+    /// Collects the fired events and arms `arm` (see [`events`]).
+    fn events(&self, user: UserSlice) -> Result<isize> {
+        let (mut r, mut w) = user.reader_writer();
+        let mut req: zcrx_rs_events = r.read()?;
+        if req.arm & !events::ALL != 0
+            || req.fired != 0
+            || req.armed != 0
+            || req.__pad != 0
+            || !is_zero(&req.__resv)
+        {
+            return Err(EINVAL);
+        }
+        let (fired, armed) = self.events.collect_and_arm(req.arm);
+        req.fired = fired;
+        req.armed = armed;
+        w.write(&req)?;
+        Ok(0)
+    }
+
     fn unbind(&self) -> Result<isize> {
         let _ctl = self.ctl.lock();
         let zcrx = self.inner.lock().zcrx.clone().ok_or(EINVAL)?;
@@ -389,6 +421,7 @@ impl Context {
             // still listed and hold it: let go of them.
             let _ = z.unbind();
             z.scrub();
+            drop(z.detach_events());
         }
         drop(taken.1);
         Ok(0)
@@ -410,6 +443,9 @@ impl PinnedDrop for Context {
             // Not bound any more (UNBIND, device gone) is fine here.
             let _ = zcrx.unbind();
             zcrx.scrub();
+            // Before `self.events` goes (see `events`): the state may
+            // outlive us in a draining page pool.
+            drop(zcrx.detach_events());
         }
         drop(area);
         GLOBAL.contexts.sub(1);

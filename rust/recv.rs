@@ -24,7 +24,7 @@ use crate::net::{
     skb::SkBuff,
     sock::{ActorResult, LockedSock, TcpSocket, TcpState},
 };
-use crate::uapi::{zcrx_rs_rec, ZCRX_RS_REC_COPY};
+use crate::uapi::{zcrx_rs_rec, ZCRX_RS_EVENT_COPY, ZCRX_RS_REC_COPY};
 use crate::zcrx::Zcrx;
 
 /// Records buffered before they are written to user memory.
@@ -189,6 +189,14 @@ impl<S: RecordSink> Drop for Walker<'_, S> {
         if t.copy_records != 0 {
             st.copy_bytes.add(t.copy_bytes);
             st.copy_records.add(t.copy_records);
+        }
+        if t.zc_records != 0 || t.copy_records != 0 {
+            let ev = if t.copy_records != 0 {
+                ZCRX_RS_EVENT_COPY
+            } else {
+                0
+            };
+            self.zcrx.fire(ev);
         }
     }
 }

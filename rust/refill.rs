@@ -6,7 +6,9 @@
 //! Layout (offsets returned to user space in `zcrx_rs_ring_offsets`):
 //! the kernel's consumer index `head` (u32) at [`HEAD_OFF`], the user's
 //! producer index `tail` (u32) at [`TAIL_OFF`], on separate cache lines,
-//! and `entries` × `struct zcrx_rs_rqe` from [`RQES_OFF`].
+//! and `entries` × `struct zcrx_rs_rqe` from [`RQES_OFF`]; the context's
+//! counters (`struct zcrx_rs_ring_stats`) at [`STATS_OFF`], written by the
+//! kernel only.
 //!
 //! Ordering: the user writes entries, then stores `tail` with release; the
 //! kernel loads `tail` with acquire, reads each entry exactly once, and
@@ -19,14 +21,17 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::prelude::*;
 
 use crate::mm::{index_nospec, pin::PAGE_SIZE, shared::SharedMem};
+use crate::stats::Stats;
 use crate::uapi;
 
 /// Offset of the consumer index.
 pub(crate) const HEAD_OFF: u32 = 0;
 /// Offset of the producer index.
 pub(crate) const TAIL_OFF: u32 = 64;
+/// Offset of the counters (`struct zcrx_rs_ring_stats`, 64 bytes).
+pub(crate) const STATS_OFF: u32 = 128;
 /// Offset of the entries.
-pub(crate) const RQES_OFF: u32 = 128;
+pub(crate) const RQES_OFF: u32 = 192;
 
 /// Why a refill entry was refused.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -116,6 +121,25 @@ impl RefillRing {
         // invariant), so this cannot fail; a zero word stands in if it did.
         static ZERO: AtomicU32 = AtomicU32::new(0);
         self.mem.atomic_u32(off as usize).unwrap_or(&ZERO)
+    }
+
+    /// Stores the counters of `s` in the ring's `struct zcrx_rs_ring_stats`
+    /// (relaxed: each word is stored whole; the user reads them as they
+    /// come).
+    pub(crate) fn publish_stats(&self, s: &Stats) {
+        let words = [
+            s.zc_bytes.get_relaxed(),
+            s.copy_bytes.get_relaxed(),
+            s.copy_records.get_relaxed(),
+            s.alloc_fail.get_relaxed(),
+            s.events.get_relaxed(),
+        ];
+        for (i, v) in words.into_iter().enumerate() {
+            // Inside the ring's first page (type invariant): cannot fail.
+            if let Some(w) = self.mem.atomic_u64(STATS_OFF as usize + 8 * i) {
+                w.store(v, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Entries the user has published past `head`, at most the ring size.

@@ -34,6 +34,11 @@ impl Counter {
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Acquire)
     }
+
+    /// Current value, for a copy of an event counter.
+    pub(crate) fn get_relaxed(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
 }
 
 /// `n` counted on a module-wide gauge while this lives.
@@ -70,6 +75,8 @@ pub(crate) struct Stats {
     pub(crate) alloc_fail: Counter,
     pub(crate) refill_bad: Counter,
     pub(crate) refill_ok: Counter,
+    /// Armed events that fired.
+    pub(crate) events: Counter,
 }
 
 impl Stats {
@@ -83,6 +90,7 @@ impl Stats {
             alloc_fail: Counter::new(),
             refill_bad: Counter::new(),
             refill_ok: Counter::new(),
+            events: Counter::new(),
         }
     }
 }

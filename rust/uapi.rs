@@ -51,6 +51,21 @@ pod!(
         head,
         tail,
         rqes,
+        stats
+    },
+    zcrx_rs_ring_stats {
+        zc_bytes,
+        copy_bytes,
+        copy_records,
+        alloc_fail,
+        events,
+        __resv
+    },
+    zcrx_rs_events {
+        arm,
+        fired,
+        armed,
+        __pad,
         __resv
     },
     zcrx_rs_bind {
@@ -101,5 +116,8 @@ pub(crate) const IOC_RECV: u32 = _IOWR::<zcrx_rs_recv>(ZCRX_RS_IOC_MAGIC, ZCRX_R
 pub(crate) const IOC_STATS: u32 = _IOR::<zcrx_rs_stats>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS);
 /// `ZCRX_RS_IOC_UNBIND`.
 pub(crate) const IOC_UNBIND: u32 = _IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND);
+/// `ZCRX_RS_IOC_EVENTS`.
+pub(crate) const IOC_EVENTS: u32 =
+    _IOWR::<zcrx_rs_events>(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_EVENTS);
 /// `ZCRX_RS_IOC_UNREGISTER_AREA`.
 pub(crate) const IOC_UNREGISTER_AREA: u32 = _IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA);

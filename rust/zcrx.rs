@@ -30,6 +30,7 @@ use kernel::{
 };
 
 use crate::area::Area;
+use crate::events::{EventSlot, Events};
 use crate::net::{
     netdev::LockedNetDev,
     netmem::{DmaUse, NetIovArea, Released},
@@ -38,6 +39,7 @@ use crate::net::{
 };
 use crate::refill::{parse_rqe, RefillRing};
 use crate::stats::{Stats, GLOBAL};
+use crate::uapi::ZCRX_RS_EVENT_ALLOC_FAIL;
 
 memory_provider_ops!(ZCRX_OPS, Queue);
 
@@ -72,6 +74,9 @@ pub(crate) struct Zcrx {
     /// Copy-only (`ZCRX_RS_BIND_NODEV`): never binds a queue.
     nodev: bool,
     pub(crate) stats: Stats,
+    /// The events of the context that uses this state.
+    #[pin]
+    events: EventSlot,
 }
 
 /// One rx queue bound to a [`Zcrx`]: the memory provider proper.
@@ -102,6 +107,7 @@ impl Zcrx {
                 queues <- new_mutex!(KVec::new(), "Zcrx::queues"),
                 nodev,
                 stats: Stats::new(),
+                events <- EventSlot::new(),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -252,6 +258,28 @@ impl Zcrx {
                 Err(e)
             }
         }
+    }
+
+    /// Fires `events` (`ZCRX_RS_EVENT_*`) into the context's, if armed
+    /// there, and publishes the counters in the ring: call after counting
+    /// what the events are about.
+    pub(crate) fn fire(&self, events: u32) {
+        let n = self.events.fire(events);
+        if n != 0 {
+            self.stats.events.add(u64::from(n));
+        }
+        self.ring.publish_stats(&self.stats);
+    }
+
+    /// Lets the context's `events` hear this state's events (see
+    /// [`EventSlot`]: the context detaches before letting go of them).
+    pub(crate) fn attach_events(&self, events: Arc<Events>) {
+        self.events.attach(events);
+    }
+
+    /// The context stops hearing this state's events.
+    pub(crate) fn detach_events(&self) -> Option<Arc<Events>> {
+        self.events.detach()
     }
 
     /// The area.
@@ -416,6 +444,7 @@ impl MemoryProvider for Queue {
         }
         if batch.len() == 0 {
             zcrx.stats.alloc_fail.add(1);
+            zcrx.fire(ZCRX_RS_EVENT_ALLOC_FAIL);
             return;
         }
         zcrx.area.niovs().sync_for_device(batch);

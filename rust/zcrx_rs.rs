@@ -27,6 +27,8 @@ use kernel::{
 mod area;
 #[deny(unsafe_code)]
 mod context;
+#[deny(unsafe_code)]
+mod events;
 mod mm;
 mod net;
 #[deny(unsafe_code)]

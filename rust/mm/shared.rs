@@ -8,7 +8,10 @@
 //! pages for as long as they live, also through a mapping that outlives the
 //! ring, so a program cannot pile up rings beyond its cgroup's limit.
 
-use core::{ptr::NonNull, sync::atomic::AtomicU32};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicU64},
+};
 
 use kernel::{
     bindings,
@@ -62,6 +65,20 @@ impl SharedMem {
         // is page aligned); the memory lives as long as `self`. Concurrent
         // writers (user space) do not make atomic accesses unsound.
         Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    /// The aligned `u64` at byte offset `off`, for atomic access (counters
+    /// the user reads). `None` if it is not inside the memory or not 8-byte
+    /// aligned.
+    pub(crate) fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
+        if off % core::mem::align_of::<AtomicU64>() != 0
+            || off.checked_add(core::mem::size_of::<AtomicU64>())? > self.len
+        {
+            return None;
+        }
+        // SAFETY: as for `atomic_u32`: in bounds and aligned, alive as long
+        // as `self`, only accessed atomically by us.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() })
     }
 
     /// A copy of the `T` at byte offset `off`, read once (volatile): user

@@ -25,6 +25,7 @@ mod common;
 mod copyonly;
 mod edges;
 mod errors;
+mod events;
 mod faults;
 mod fuzz;
 mod lifecycle;
@@ -96,6 +97,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(copyonly::TESTS);
     v.extend_from_slice(multiqueue::TESTS);
     v.extend_from_slice(bigbuf::TESTS);
+    v.extend_from_slice(events::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v

@@ -403,6 +403,40 @@ impl Zcrx {
         self.ring.as_ref().map(|r| (r.offsets, r.entries))
     }
 
+    /// `ZCRX_RS_IOC_EVENTS`: collects the events that fired since the last
+    /// call and arms `arm` (`ZCRX_RS_EVENT_*`); the reply says what fired
+    /// and what is armed now. `poll()` on [`Zcrx::raw_fd`] reports
+    /// `POLLPRI` while a fired event waits to be collected.
+    pub fn events(&self, arm: u32) -> io::Result<zcrx_rs_events> {
+        let mut e = zcrx_rs_events { arm, ..Default::default() };
+        ioctl(&self.fd, IOC_EVENTS as _, &mut e as *mut _ as usize)?;
+        Ok(e)
+    }
+
+    /// The counters the kernel keeps in the ring mapping (no syscall), if
+    /// bound to a module that has them (`ZCRX_RS_FEATURE_EVENTS`).
+    pub fn ring_stats(&self) -> Option<zcrx_rs_ring_stats> {
+        let r = self.ring.as_ref()?;
+        let off = r.offsets.stats as usize;
+        if off == 0 || off + std::mem::size_of::<zcrx_rs_ring_stats>() > r.map.len {
+            return None;
+        }
+        // SAFETY: inside the mapping (checked), 8-byte aligned (kernel
+        // ABI); the kernel stores each word whole, so word-wise atomic
+        // loads see whole values.
+        let w = |i: usize| unsafe {
+            (*r.map.ptr.add(off + 8 * i).cast::<std::sync::atomic::AtomicU64>()).load(Ordering::Relaxed)
+        };
+        Some(zcrx_rs_ring_stats {
+            zc_bytes: w(0),
+            copy_bytes: w(1),
+            copy_records: w(2),
+            alloc_fail: w(3),
+            events: w(4),
+            __resv: [0; 3],
+        })
+    }
+
     /// Room left in the refill ring.
     pub fn refill_room(&self) -> usize {
         self.ring.as_ref().map_or(0, Ring::room)

@@ -50,6 +50,9 @@ pub const IOC_STATS: u32 =
 pub const IOC_UNBIND: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND, 0);
 /// `ZCRX_RS_IOC_UNREGISTER_AREA`
 pub const IOC_UNREGISTER_AREA: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA, 0);
+/// `ZCRX_RS_IOC_EVENTS`
+pub const IOC_EVENTS: u32 =
+    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_EVENTS, core::mem::size_of::<zcrx_rs_events>());
 
 #[cfg(test)]
 mod tests {
@@ -104,15 +107,17 @@ mod tests {
     }
 
     const FIELDS: &[&str] = &[
-        "S(zcrx_rs_info) O(zcrx_rs_info, api_version) O(zcrx_rs_info, page_size) O(zcrx_rs_info, features) O(zcrx_rs_info, contexts) O(zcrx_rs_info, pools) O(zcrx_rs_info, __resv)",
-        "S(zcrx_rs_area_reg) O(zcrx_rs_area_reg, addr) O(zcrx_rs_area_reg, len) O(zcrx_rs_area_reg, flags) O(zcrx_rs_area_reg, area_id) O(zcrx_rs_area_reg, __resv)",
-        "S(zcrx_rs_ring_offsets) O(zcrx_rs_ring_offsets, head) O(zcrx_rs_ring_offsets, tail) O(zcrx_rs_ring_offsets, rqes)",
+        "S(zcrx_rs_info) O(zcrx_rs_info, api_version) O(zcrx_rs_info, page_size) O(zcrx_rs_info, features) O(zcrx_rs_info, contexts) O(zcrx_rs_info, pools) O(zcrx_rs_info, max_buf_size) O(zcrx_rs_info, __resv)",
+        "S(zcrx_rs_area_reg) O(zcrx_rs_area_reg, addr) O(zcrx_rs_area_reg, len) O(zcrx_rs_area_reg, flags) O(zcrx_rs_area_reg, area_id) O(zcrx_rs_area_reg, buf_size) O(zcrx_rs_area_reg, __resv)",
+        "S(zcrx_rs_ring_offsets) O(zcrx_rs_ring_offsets, head) O(zcrx_rs_ring_offsets, tail) O(zcrx_rs_ring_offsets, rqes) O(zcrx_rs_ring_offsets, stats)",
+        "S(zcrx_rs_ring_stats) O(zcrx_rs_ring_stats, zc_bytes) O(zcrx_rs_ring_stats, alloc_fail) O(zcrx_rs_ring_stats, events) O(zcrx_rs_ring_stats, __resv)",
+        "S(zcrx_rs_events) O(zcrx_rs_events, arm) O(zcrx_rs_events, fired) O(zcrx_rs_events, armed) O(zcrx_rs_events, __resv)",
         "S(zcrx_rs_bind) O(zcrx_rs_bind, ifindex) O(zcrx_rs_bind, rxq) O(zcrx_rs_bind, rq_entries) O(zcrx_rs_bind, flags) O(zcrx_rs_bind, offsets) O(zcrx_rs_bind, mmap_len) O(zcrx_rs_bind, __resv)",
         "S(zcrx_rs_rqe) O(zcrx_rs_rqe, off) O(zcrx_rs_rqe, len) O(zcrx_rs_rqe, __pad)",
         "S(zcrx_rs_rec) O(zcrx_rs_rec, off) O(zcrx_rs_rec, len) O(zcrx_rs_rec, flags)",
         "S(zcrx_rs_recv) O(zcrx_rs_recv, sockfd) O(zcrx_rs_recv, flags) O(zcrx_rs_recv, recs) O(zcrx_rs_recv, nr_recs) O(zcrx_rs_recv, __pad) O(zcrx_rs_recv, bytes) O(zcrx_rs_recv, __resv)",
         "S(zcrx_rs_stats) O(zcrx_rs_stats, zc_bytes) O(zcrx_rs_stats, copy_records) O(zcrx_rs_stats, user_held) O(zcrx_rs_stats, free_buffers) O(zcrx_rs_stats, __resv)",
-        "I(ZCRX_RS_IOC_INFO) I(ZCRX_RS_IOC_REGISTER_AREA) I(ZCRX_RS_IOC_BIND) I(ZCRX_RS_IOC_RECV) I(ZCRX_RS_IOC_STATS) I(ZCRX_RS_IOC_UNBIND) I(ZCRX_RS_IOC_UNREGISTER_AREA)",
+        "I(ZCRX_RS_IOC_INFO) I(ZCRX_RS_IOC_REGISTER_AREA) I(ZCRX_RS_IOC_BIND) I(ZCRX_RS_IOC_RECV) I(ZCRX_RS_IOC_STATS) I(ZCRX_RS_IOC_UNBIND) I(ZCRX_RS_IOC_UNREGISTER_AREA) I(ZCRX_RS_IOC_EVENTS)",
     ];
 
     fn rust_values() -> Vec<(String, u64)> {
@@ -129,11 +134,16 @@ mod tests {
         vec![
             s!(zcrx_rs_info), o!(zcrx_rs_info, api_version), o!(zcrx_rs_info, page_size),
             o!(zcrx_rs_info, features), o!(zcrx_rs_info, contexts), o!(zcrx_rs_info, pools),
-            o!(zcrx_rs_info, __resv),
+            o!(zcrx_rs_info, max_buf_size), o!(zcrx_rs_info, __resv),
             s!(zcrx_rs_area_reg), o!(zcrx_rs_area_reg, addr), o!(zcrx_rs_area_reg, len),
-            o!(zcrx_rs_area_reg, flags), o!(zcrx_rs_area_reg, area_id), o!(zcrx_rs_area_reg, __resv),
+            o!(zcrx_rs_area_reg, flags), o!(zcrx_rs_area_reg, area_id),
+            o!(zcrx_rs_area_reg, buf_size), o!(zcrx_rs_area_reg, __resv),
             s!(zcrx_rs_ring_offsets), o!(zcrx_rs_ring_offsets, head), o!(zcrx_rs_ring_offsets, tail),
-            o!(zcrx_rs_ring_offsets, rqes),
+            o!(zcrx_rs_ring_offsets, rqes), o!(zcrx_rs_ring_offsets, stats),
+            s!(zcrx_rs_ring_stats), o!(zcrx_rs_ring_stats, zc_bytes), o!(zcrx_rs_ring_stats, alloc_fail),
+            o!(zcrx_rs_ring_stats, events), o!(zcrx_rs_ring_stats, __resv),
+            s!(zcrx_rs_events), o!(zcrx_rs_events, arm), o!(zcrx_rs_events, fired), o!(zcrx_rs_events, armed),
+            o!(zcrx_rs_events, __resv),
             s!(zcrx_rs_bind), o!(zcrx_rs_bind, ifindex), o!(zcrx_rs_bind, rxq), o!(zcrx_rs_bind, rq_entries),
             o!(zcrx_rs_bind, flags), o!(zcrx_rs_bind, offsets), o!(zcrx_rs_bind, mmap_len),
             o!(zcrx_rs_bind, __resv),
@@ -151,6 +161,7 @@ mod tests {
             ("ZCRX_RS_IOC_STATS".into(), IOC_STATS as u64),
             ("ZCRX_RS_IOC_UNBIND".into(), IOC_UNBIND as u64),
             ("ZCRX_RS_IOC_UNREGISTER_AREA".into(), IOC_UNREGISTER_AREA as u64),
+            ("ZCRX_RS_IOC_EVENTS".into(), IOC_EVENTS as u64),
         ]
     }
 

@@ -62,6 +62,8 @@ struct zcrx_rs_info {
 #define ZCRX_RS_FEATURE_BIND_NODEV	(1ULL << 1)	/* ZCRX_RS_BIND_NODEV */
 #define ZCRX_RS_FEATURE_ADD_QUEUE	(1ULL << 2)	/* ZCRX_RS_BIND_ADD_QUEUE */
 #define ZCRX_RS_FEATURE_BUF_SIZE	(1ULL << 3)	/* zcrx_rs_area_reg.buf_size */
+#define ZCRX_RS_FEATURE_EVENTS		(1ULL << 4)	/* ZCRX_RS_IOC_EVENTS, poll(),
+							 * ring stats */
 
 /*
  * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
@@ -92,7 +94,23 @@ struct zcrx_rs_ring_offsets {
 	__u32	head;			/* kernel consumer index (u32) */
 	__u32	tail;			/* user producer index (u32) */
 	__u32	rqes;			/* array of struct zcrx_rs_rqe */
-	__u32	__resv;
+	__u32	stats;			/* struct zcrx_rs_ring_stats
+					 * (ZCRX_RS_FEATURE_EVENTS) */
+};
+
+/*
+ * Counters of the context in the ring mapping, written by the kernel as
+ * they change (each a naturally aligned __u64, stored whole): readable
+ * with no syscall. The same values as ZCRX_RS_IOC_STATS's, of the context's
+ * current binding.
+ */
+struct zcrx_rs_ring_stats {
+	__u64	zc_bytes;
+	__u64	copy_bytes;
+	__u64	copy_records;
+	__u64	alloc_fail;
+	__u64	events;			/* armed events fired */
+	__u64	__resv[3];
 };
 
 /*
@@ -146,6 +164,26 @@ struct zcrx_rs_recv {
 
 #define ZCRX_RS_RECV_DONTWAIT	(1U << 0)	/* like MSG_DONTWAIT */
 
+/*
+ * ZCRX_RS_IOC_EVENTS: arm events, collect those that fired. An armed event
+ * fires once (then it is disarmed): poll()/epoll on the context fd then
+ * report EPOLLPRI until a call collects it. Arming what is armed already,
+ * or 0, only collects.
+ */
+struct zcrx_rs_events {
+	__u32	arm;			/* in: ZCRX_RS_EVENT_* to arm */
+	__u32	fired;			/* out: events that fired since the last
+					 * call (collected: cleared) */
+	__u32	armed;			/* out: events armed now */
+	__u32	__pad;			/* in: zero */
+	__u64	__resv[2];		/* in: zero */
+};
+
+#define ZCRX_RS_EVENT_ALLOC_FAIL	(1U << 0)	/* a page pool of the
+							 * context found no
+							 * buffer (ring dry) */
+#define ZCRX_RS_EVENT_COPY		(1U << 1)	/* RECV copied data */
+
 /* ZCRX_RS_IOC_STATS: counters of this context. */
 struct zcrx_rs_stats {
 	__u64	zc_bytes;		/* handed over zero-copy */
@@ -169,6 +207,7 @@ struct zcrx_rs_stats {
 #define ZCRX_RS_IOC_NR_STATS		0x05
 #define ZCRX_RS_IOC_NR_UNBIND		0x06
 #define ZCRX_RS_IOC_NR_UNREGISTER_AREA	0x07
+#define ZCRX_RS_IOC_NR_EVENTS		0x08
 
 #define ZCRX_RS_IOC_INFO	_IOR(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO, struct zcrx_rs_info)
 #define ZCRX_RS_IOC_REGISTER_AREA \
@@ -185,5 +224,7 @@ struct zcrx_rs_stats {
  */
 #define ZCRX_RS_IOC_UNREGISTER_AREA \
 	_IO(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA)
+#define ZCRX_RS_IOC_EVENTS \
+	_IOWR(ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_EVENTS, struct zcrx_rs_events)
 
 #endif /* _UAPI_LINUX_ZCRX_RS_H */

@@ -11,10 +11,13 @@ pub const ZCRX_RS_FEATURE_UNREGISTER_AREA: u32 = 1;
 pub const ZCRX_RS_FEATURE_BIND_NODEV: u32 = 2;
 pub const ZCRX_RS_FEATURE_ADD_QUEUE: u32 = 4;
 pub const ZCRX_RS_FEATURE_BUF_SIZE: u32 = 8;
+pub const ZCRX_RS_FEATURE_EVENTS: u32 = 16;
 pub const ZCRX_RS_BIND_NODEV: u32 = 1;
 pub const ZCRX_RS_BIND_ADD_QUEUE: u32 = 2;
 pub const ZCRX_RS_REC_COPY: u32 = 1;
 pub const ZCRX_RS_RECV_DONTWAIT: u32 = 1;
+pub const ZCRX_RS_EVENT_ALLOC_FAIL: u32 = 1;
+pub const ZCRX_RS_EVENT_COPY: u32 = 2;
 pub const ZCRX_RS_IOC_MAGIC: u32 = 189;
 pub const ZCRX_RS_IOC_NR_INFO: u32 = 1;
 pub const ZCRX_RS_IOC_NR_REGISTER_AREA: u32 = 2;
@@ -23,6 +26,7 @@ pub const ZCRX_RS_IOC_NR_RECV: u32 = 4;
 pub const ZCRX_RS_IOC_NR_STATS: u32 = 5;
 pub const ZCRX_RS_IOC_NR_UNBIND: u32 = 6;
 pub const ZCRX_RS_IOC_NR_UNREGISTER_AREA: u32 = 7;
+pub const ZCRX_RS_IOC_NR_EVENTS: u32 = 8;
 pub type __s32 = ::core::ffi::c_int;
 pub type __u32 = ::core::ffi::c_uint;
 pub type __u64 = ::core::ffi::c_ulonglong;
@@ -104,7 +108,7 @@ pub struct zcrx_rs_ring_offsets {
     pub head: __u32,
     pub tail: __u32,
     pub rqes: __u32,
-    pub __resv: __u32,
+    pub stats: __u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -116,8 +120,35 @@ const _: () = {
         [::core::mem::offset_of!(zcrx_rs_ring_offsets, tail) - 4usize];
     ["Offset of field: zcrx_rs_ring_offsets::rqes"]
         [::core::mem::offset_of!(zcrx_rs_ring_offsets, rqes) - 8usize];
-    ["Offset of field: zcrx_rs_ring_offsets::__resv"]
-        [::core::mem::offset_of!(zcrx_rs_ring_offsets, __resv) - 12usize];
+    ["Offset of field: zcrx_rs_ring_offsets::stats"]
+        [::core::mem::offset_of!(zcrx_rs_ring_offsets, stats) - 12usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct zcrx_rs_ring_stats {
+    pub zc_bytes: __u64,
+    pub copy_bytes: __u64,
+    pub copy_records: __u64,
+    pub alloc_fail: __u64,
+    pub events: __u64,
+    pub __resv: [__u64; 3usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of zcrx_rs_ring_stats"][::core::mem::size_of::<zcrx_rs_ring_stats>() - 64usize];
+    ["Alignment of zcrx_rs_ring_stats"][::core::mem::align_of::<zcrx_rs_ring_stats>() - 8usize];
+    ["Offset of field: zcrx_rs_ring_stats::zc_bytes"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, zc_bytes) - 0usize];
+    ["Offset of field: zcrx_rs_ring_stats::copy_bytes"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, copy_bytes) - 8usize];
+    ["Offset of field: zcrx_rs_ring_stats::copy_records"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, copy_records) - 16usize];
+    ["Offset of field: zcrx_rs_ring_stats::alloc_fail"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, alloc_fail) - 24usize];
+    ["Offset of field: zcrx_rs_ring_stats::events"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, events) - 32usize];
+    ["Offset of field: zcrx_rs_ring_stats::__resv"]
+        [::core::mem::offset_of!(zcrx_rs_ring_stats, __resv) - 40usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -205,6 +236,29 @@ const _: () = {
         [::core::mem::offset_of!(zcrx_rs_recv, bytes) - 24usize];
     ["Offset of field: zcrx_rs_recv::__resv"]
         [::core::mem::offset_of!(zcrx_rs_recv, __resv) - 32usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct zcrx_rs_events {
+    pub arm: __u32,
+    pub fired: __u32,
+    pub armed: __u32,
+    pub __pad: __u32,
+    pub __resv: [__u64; 2usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of zcrx_rs_events"][::core::mem::size_of::<zcrx_rs_events>() - 32usize];
+    ["Alignment of zcrx_rs_events"][::core::mem::align_of::<zcrx_rs_events>() - 8usize];
+    ["Offset of field: zcrx_rs_events::arm"][::core::mem::offset_of!(zcrx_rs_events, arm) - 0usize];
+    ["Offset of field: zcrx_rs_events::fired"]
+        [::core::mem::offset_of!(zcrx_rs_events, fired) - 4usize];
+    ["Offset of field: zcrx_rs_events::armed"]
+        [::core::mem::offset_of!(zcrx_rs_events, armed) - 8usize];
+    ["Offset of field: zcrx_rs_events::__pad"]
+        [::core::mem::offset_of!(zcrx_rs_events, __pad) - 12usize];
+    ["Offset of field: zcrx_rs_events::__resv"]
+        [::core::mem::offset_of!(zcrx_rs_events, __resv) - 16usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
