@@ -426,6 +426,7 @@ impl Queue {
 }
 
 impl MemoryProvider for Queue {
+    const NAME: &'static CStr = c"zcrx_rs";
     fn net_iov_area(&self) -> &NetIovArea {
         self.zcrx.area.niovs()
     }

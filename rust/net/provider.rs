@@ -33,6 +33,10 @@ use super::{
 
 /// The callbacks of a memory provider.
 pub(crate) trait MemoryProvider: Send + Sync + Sized + 'static {
+    /// The provider's name in netlink dumps (`queue-get`, `page-pool-get`:
+    /// the `mp-provider` nest, with the area's buffer size).
+    const NAME: &'static CStr;
+
     /// The buffers this provider gives its pools. Must always be the same
     /// area: its id is stamped on every [`AllocBatch`], [`Released`] and
     /// [`Uninstall`], and the area refuses those of another.
@@ -106,7 +110,7 @@ impl<T: MemoryProvider> ProviderOps<T> {
                 release_netmem: Some(release_netmem::<T>),
                 init: Some(init::<T>),
                 destroy: Some(destroy::<T>),
-                nl_fill: Some(nl_fill),
+                nl_fill: Some(nl_fill::<T>),
                 uninstall: Some(uninstall::<T>),
             },
             _t: PhantomData,
@@ -242,19 +246,30 @@ unsafe extern "C" fn destroy<T: MemoryProvider>(pp: *mut bindings::page_pool) {
     drop(this);
 }
 
-/// `memory_provider_ops::nl_fill`: nothing to add.
+/// `memory_provider_ops::nl_fill` of providers of type `T`: the
+/// `mp-provider` nest (series patch "netdev: let memory providers in
+/// modules describe themselves in dumps") with `T::NAME` and the area's
+/// buffer size.
 ///
 /// # Safety
 ///
-/// Called by the netdev netlink code only; it touches none of its arguments.
-unsafe extern "C" fn nl_fill(
-    _mp_priv: *mut c_void,
-    _rsp: *mut bindings::sk_buff,
-    _rxq: *mut bindings::netdev_rx_queue,
+/// Called by the netdev netlink code only, with the `mp_priv` of a queue
+/// bound to a `T` (then `rxq` is that queue, under the device's instance
+/// lock, so the binding and its reference live) or of a live page pool of
+/// a `T` (then `rxq` is null, and the pool holds a reference from `init`),
+/// and a message being filled.
+unsafe extern "C" fn nl_fill<T: MemoryProvider>(
+    mp_priv: *mut c_void,
+    rsp: *mut bindings::sk_buff,
+    rxq: *mut bindings::netdev_rx_queue,
 ) -> i32 {
-    // The netdev netlink family has no attribute for out-of-tree providers:
-    // dumps show the queue as bound, without provider details.
-    0
+    // SAFETY: `mp_priv` is an `Arc<T>` pointer that a binding or a pool
+    // keeps alive through the call (see above).
+    let this = unsafe { ArcBorrow::<T>::from_raw(mp_priv.cast::<T>()) };
+    let len = u32::try_from(this.net_iov_area().buf_size()).unwrap_or(0);
+    // SAFETY: `rsp` and `rxq` are the core's, valid for the call; the name
+    // is a static C string.
+    unsafe { bindings::netdev_nl_mp_info_fill(rsp, rxq, T::NAME.as_char_ptr(), len) }
 }
 
 /// `memory_provider_ops::uninstall` of providers of type `T`.

@@ -26,13 +26,13 @@ pub const TESTS: &[(&str, TestFn)] = &[
 const BUF: usize = 32 << 10;
 
 /// Huge pages reserved for a test, given back on drop.
-struct HugePages {
+pub(crate) struct HugePages {
     before: u64,
 }
 
 impl HugePages {
     /// Makes `n` more huge pages free than there are now.
-    fn reserve(n: u64) -> Result<Self, String> {
+    pub(crate) fn reserve(n: u64) -> Result<Self, String> {
         const P: &str = "/proc/sys/vm/nr_hugepages";
         let read = |p: &str| -> Result<u64, String> {
             fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?.trim().parse().map_err(|e| format!("{p}: {e}"))

@@ -31,6 +31,7 @@ mod fuzz;
 mod lifecycle;
 mod multiqueue;
 mod net;
+mod netlink;
 mod nsim;
 mod stream;
 mod share;
@@ -98,6 +99,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(multiqueue::TESTS);
     v.extend_from_slice(bigbuf::TESTS);
     v.extend_from_slice(events::TESTS);
+    v.extend_from_slice(netlink::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v
