@@ -31,6 +31,7 @@ use kernel::{
 
 use crate::area::Area;
 use crate::events::{EventSlot, Events};
+use crate::mm::pin::PAGE_SIZE;
 use crate::net::{
     netdev::LockedNetDev,
     netmem::{DmaUse, NetIovArea, Released},
@@ -255,6 +256,19 @@ impl Zcrx {
                     -e.to_errno()
                 );
                 // Nothing refers to `queue` but us: dropping it unmaps.
+                if e == ERANGE && self.area.buf_size() > PAGE_SIZE {
+                    // The queue index was checked above: this is the
+                    // driver refusing the buffer size (its
+                    // `ndo_validate_qcfg`), not to be mistaken for an area
+                    // that is not contiguous per buffer.
+                    pr_info!(
+                        "bind {} rxq {}: the driver does not take {}-byte buffers\n",
+                        dev.name(),
+                        rxq,
+                        self.area.buf_size()
+                    );
+                    return Err(EOPNOTSUPP);
+                }
                 Err(e)
             }
         }

@@ -86,8 +86,10 @@ unsafe impl Send for DmaMapping {}
 unsafe impl Sync for DmaMapping {}
 
 impl DmaMapping {
-    /// Maps `pages` for `dev`.
-    pub(crate) fn new(dev: DmaDevice, pages: Arc<PinnedPages>) -> Result<Self> {
+    /// Maps `pages` for `dev`, in segments of at most `max_segment` bytes
+    /// (rounded down to whole pages): a multiple of the caller's buffer
+    /// size keeps a contiguous run of buffers from being cut mid-buffer.
+    pub(crate) fn new(dev: DmaDevice, pages: Arc<PinnedPages>, max_segment: u32) -> Result<Self> {
         let sgt = KBox::new(Opaque::<bindings::sg_table>::zeroed(), GFP_KERNEL_ACCOUNT)?;
         let n = u32::try_from(pages.len()).map_err(|_| EINVAL)?;
         let size = pages.len() * PAGE_SIZE;
@@ -100,7 +102,7 @@ impl DmaMapping {
                 n,
                 0,
                 size,
-                u32::MAX,
+                max_segment,
                 bindings::GFP_KERNEL_ACCOUNT,
             )
         };

@@ -462,8 +462,9 @@ impl NetIovArea {
                 return Err(EBUSY);
             }
         }
-        let m = DmaMapping::new(dev, self.pages.clone())?;
         let size = self.buf_size();
+        // The largest segment the scatterlist can hold, in whole buffers.
+        let m = DmaMapping::new(dev, self.pages.clone(), !(size as u32 - 1))?;
         let mut idx = 0usize;
         m.for_each_segment(|addr, len| {
             // Segments in page order, each a whole number of buffers: then

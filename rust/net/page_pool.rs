@@ -89,6 +89,13 @@ impl PagePool {
         unsafe { core::ptr::addr_of!((*self.0.get()).p.offset).read() }
     }
 
+    /// Most bytes from `offset` the pool syncs for the device (and the
+    /// driver lets it write) per buffer.
+    pub(crate) fn max_len(&self) -> u32 {
+        // SAFETY: as for `mp_priv`.
+        unsafe { core::ptr::addr_of!((*self.0.get()).p.max_len).read() }
+    }
+
     /// Gives `nm` back to this pool (`page_pool_put_unrefed_netmem`).
     ///
     /// # Safety

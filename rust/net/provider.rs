@@ -213,9 +213,16 @@ unsafe extern "C" fn init<T: MemoryProvider>(pp: *mut bindings::page_pool) -> i3
     // SAFETY: `pool` uses our ops.
     let this = unsafe { provider_of::<T>(pool) };
     // What the area's buffers are: `1 << order` pages each, mapped by us
-    // for the device to write. A pool that wants anything else would make
-    // the NIC write past a buffer; refuse it here, whatever `T::init` says.
-    if pool.order() != this.net_iov_area().buf_order() || !pool.dma_map() || !pool.dma_from_device()
+    // for the device to write. A pool that wants anything else (another
+    // order, data or syncs past the buffer's end) would make the NIC write
+    // past a buffer; refuse it here, whatever `T::init` says.
+    let size = this.net_iov_area().buf_size() as u64;
+    let (off, max_len) = (u64::from(pool.offset()), u64::from(pool.max_len()));
+    if pool.order() != this.net_iov_area().buf_order()
+        || off >= size
+        || max_len > size - off
+        || !pool.dma_map()
+        || !pool.dma_from_device()
     {
         return EOPNOTSUPP.to_errno();
     }

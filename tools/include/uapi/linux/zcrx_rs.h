@@ -68,10 +68,10 @@ struct zcrx_rs_info {
 /*
  * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
  *
- * A buffer larger than a page must be physically contiguous for a NIC to
- * write it: back the area with huge pages (hugetlbfs, or THP with addr
- * aligned to the huge page size), else BIND fails with ERANGE. A copy-only
- * context (ZCRX_RS_BIND_NODEV) takes any memory.
+ * A buffer larger than a page must be one range of DMA addresses for a NIC
+ * to write it (without an IOMMU: physically contiguous): back the area with
+ * hugetlbfs memory, else BIND fails with ERANGE. A copy-only context
+ * (ZCRX_RS_BIND_NODEV) takes any memory.
  */
 struct zcrx_rs_area_reg {
 	__u64	addr;			/* in: page aligned */
