@@ -18,7 +18,7 @@
 use kernel::{prelude::*, sync::Arc};
 
 use crate::mm::{
-    dma::DmaDevice,
+    dma::{AreaMemory, DmaBuf, DmaDevice},
     pin::{PinnedPages, PAGE_SIZE},
 };
 use crate::net::{
@@ -55,14 +55,8 @@ impl Area {
     /// [`PinnedPages::pin_current`].
     pub(crate) fn register(addr: u64, len: u64, buf_size: u32) -> Result<Arc<Self>> {
         let page = PAGE_SIZE as u64;
-        let buf = match u64::from(buf_size) {
-            0 => page,
-            b if b.is_power_of_two() && b >= page && b <= u64::from(uapi::ZCRX_RS_BUF_MAX_SIZE) => {
-                b
-            }
-            _ => return Err(EINVAL),
-        };
-        if addr % page != 0 || len % buf != 0 || len == 0 || len > uapi::ZCRX_RS_AREA_MAX_LEN {
+        let buf = Self::check_size(len, buf_size)?;
+        if addr % page != 0 {
             return Err(EINVAL);
         }
         addr.checked_add(len).ok_or(EINVAL)?;
@@ -73,7 +67,44 @@ impl Area {
             PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE, &GLOBAL.pinned_pages)?,
             GFP_KERNEL_ACCOUNT,
         )?;
-        let niovs = NetIovArea::new(pages, buf.trailing_zeros())?;
+        Self::new(AreaMemory::Pages(pages), buf, addr)
+    }
+
+    /// Registers the first `len` bytes of the dma-buf behind `fd` as
+    /// buffers of `buf_size` bytes (0: a page). Nothing is pinned or
+    /// charged by us: the exporter owns the memory. The CPU never touches
+    /// it here: no copies into it (see [`NetIovArea::can_copy`]).
+    ///
+    /// `EBADF`/`EINVAL`: `fd` is not a dma-buf; `EINVAL`: the sizes, as for
+    /// [`Area::register`], or a dma-buf smaller than `len`.
+    pub(crate) fn register_dmabuf(fd: i32, len: u64, buf_size: u32) -> Result<Arc<Self>> {
+        let buf = Self::check_size(len, buf_size)?;
+        let dmabuf = DmaBuf::from_fd(fd)?;
+        let mem = AreaMemory::dmabuf(dmabuf, usize::try_from(len).map_err(|_| EINVAL)?)?;
+        Self::new(mem, buf, 0)
+    }
+
+    /// The buffer size for a request of `buf_size` (0: a page) over `len`
+    /// bytes: `EINVAL` unless a power of two from the page size to
+    /// `ZCRX_RS_BUF_MAX_SIZE` of which `len` (nonzero, at most
+    /// `ZCRX_RS_AREA_MAX_LEN`) is a whole number.
+    fn check_size(len: u64, buf_size: u32) -> Result<u64> {
+        let page = PAGE_SIZE as u64;
+        let buf = match u64::from(buf_size) {
+            0 => page,
+            b if b.is_power_of_two() && b >= page && b <= u64::from(uapi::ZCRX_RS_BUF_MAX_SIZE) => {
+                b
+            }
+            _ => return Err(EINVAL),
+        };
+        if len % buf != 0 || len == 0 || len > uapi::ZCRX_RS_AREA_MAX_LEN {
+            return Err(EINVAL);
+        }
+        Ok(buf)
+    }
+
+    fn new(mem: AreaMemory, buf: u64, addr: u64) -> Result<Arc<Self>> {
+        let niovs = NetIovArea::new(mem, buf.trailing_zeros())?;
         let area = Arc::pin_init(
             try_pin_init!(Self {
                 niovs <- niovs,
@@ -140,7 +171,16 @@ impl Area {
     /// unsplit while the pool was dry, copying it needs a free buffer, and
     /// the zero-copy packets behind it cannot be read first.
     pub(crate) fn copy_reserve(&self) -> usize {
+        if !self.niovs.can_copy() {
+            // A dma-buf takes no copies: the pools may have every buffer.
+            return 0;
+        }
         (self.nbufs() / 8).clamp(1, 256)
+    }
+
+    /// Whether data can be copied into the area (not a dma-buf).
+    pub(crate) fn can_copy(&self) -> bool {
+        self.niovs.can_copy()
     }
 }
 

@@ -153,7 +153,8 @@ impl Context {
                     | ZCRX_RS_FEATURE_BIND_NODEV
                     | ZCRX_RS_FEATURE_ADD_QUEUE
                     | ZCRX_RS_FEATURE_BUF_SIZE
-                    | ZCRX_RS_FEATURE_EVENTS,
+                    | ZCRX_RS_FEATURE_EVENTS
+                    | ZCRX_RS_FEATURE_DMABUF,
             ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
@@ -172,7 +173,13 @@ impl Context {
         let _ctl = self.ctl.lock();
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_area_reg = r.read()?;
-        if req.flags != 0 || req.area_id != 0 || req.__pad != 0 || !is_zero(&req.__resv) {
+        let dmabuf = req.flags & ZCRX_RS_AREA_DMABUF != 0;
+        if req.flags & !ZCRX_RS_AREA_DMABUF != 0
+            || req.area_id != 0
+            || (!dmabuf && req.dmabuf_fd != 0)
+            || (dmabuf && req.addr != 0)
+            || !is_zero(&req.__resv)
+        {
             return Err(EINVAL);
         }
         // Lock order: never hold `inner` while touching user memory (page
@@ -181,7 +188,11 @@ impl Context {
             // One area per context.
             return Err(EEXIST);
         }
-        let area = Area::register(req.addr, req.len, req.buf_size)?;
+        let area = if dmabuf {
+            Area::register_dmabuf(req.dmabuf_fd, req.len, req.buf_size)?
+        } else {
+            Area::register(req.addr, req.len, req.buf_size)?
+        };
         req.area_id = 0;
         w.write(&req)?;
         let mut inner = self.inner.lock();
@@ -241,6 +252,10 @@ impl Context {
             old.drain_refill();
         }
         let zcrx = if nodev {
+            if !area.can_copy() {
+                // Copy-only needs memory the CPU can fill.
+                return Err(EOPNOTSUPP);
+            }
             Zcrx::copy_only(area, entries)?
         } else {
             Zcrx::bind(area, req.ifindex, req.rxq, entries)?

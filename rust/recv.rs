@@ -342,6 +342,11 @@ impl<S: RecordSink> Walker<'_, S> {
     /// Copies `n` readable bytes of `skb` at `off` into free buffers.
     fn copy(&mut self, skb: &SkBuff, off: usize, n: usize) -> Result<usize> {
         let area = self.zcrx.area();
+        if !area.can_copy() {
+            // A dma-buf area: the data stays in the socket (plain recv()
+            // reads it), and the caller learns why.
+            return Err(EOPNOTSUPP);
+        }
         let mut done = 0;
         while done < n {
             if self.tally.copy_bytes >= self.copy_budget {

@@ -44,7 +44,7 @@ pod!(
         flags,
         area_id,
         buf_size,
-        __pad,
+        dmabuf_fd,
         __resv
     },
     zcrx_rs_ring_offsets {

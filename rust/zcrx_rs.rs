@@ -53,7 +53,7 @@ module! {
     authors: ["The zcrx-rs developers"],
     description: "Zero-copy TCP receive into pinned user pages (page-pool memory provider)",
     license: "GPL",
-    imports_ns: ["NETDEV_INTERNAL"],
+    imports_ns: ["NETDEV_INTERNAL", "DMA_BUF"],
 }
 
 // The file operations of `/dev/zcrx`, owned by this module: an open context

@@ -31,7 +31,7 @@ use kernel::{
             ordering::{Acquire, Relaxed, Release},
             Atomic,
         },
-        Arc, Mutex, SpinLockBh,
+        Mutex, SpinLockBh,
     },
     types::Opaque, //
 };
@@ -44,8 +44,8 @@ use super::{
     urefs::UserRefs, //
 };
 use crate::mm::{
-    dma::{DmaDevice, DmaMapping},
-    pin::{MappedPage, PinnedPages, PAGE_SHIFT},
+    dma::{AreaMemory, DmaDevice, DmaMapping},
+    pin::{MappedPage, PAGE_SHIFT},
 };
 
 /// Ids of net_iov areas: unique for the life of the module, so a token of
@@ -87,9 +87,10 @@ struct AreaDma {
 ///
 ///   Each user reference stands for one page-pool reference that this type
 ///   took for the user and drops when the user gives the buffer back.
-/// - Buffer `i` is pages `i << order .. (i + 1) << order` of `pages`
-///   (`order = buf_shift - PAGE_SHIFT`); `pages.len()` is a whole number
-///   of buffers.
+/// - Buffer `i` is bytes `i << buf_shift .. (i + 1) << buf_shift` of
+///   `mem` (for pinned pages: pages `i << order .. (i + 1) << order`,
+///   `order = buf_shift - PAGE_SHIFT`); `mem.len()` is a whole number of
+///   buffers.
 /// - While `dma` holds a mapping, every net_iov's DMA address is its
 ///   buffer's address in that mapping, where the whole buffer is one
 ///   contiguous range of DMA addresses, and `mapped_dev` is the mapping's
@@ -107,7 +108,7 @@ struct AreaDma {
 pub(crate) struct NetIovArea {
     area: ManuallyDrop<KBox<Opaque<bindings::net_iov_area>>>,
     niovs: ManuallyDrop<KVVec<NetIov>>,
-    pages: Arc<PinnedPages>,
+    mem: AreaMemory,
     /// log2 of the buffer size in bytes (at least `PAGE_SHIFT`).
     buf_shift: u32,
     urefs: UserRefs,
@@ -130,18 +131,18 @@ unsafe impl Send for NetIovArea {}
 unsafe impl Sync for NetIovArea {}
 
 impl NetIovArea {
-    /// An area whose buffers are `pages`, `1 << buf_shift` bytes (whole
+    /// An area whose buffers are `mem`, `1 << buf_shift` bytes (whole
     /// pages) each, all free. `EINVAL` unless `buf_shift` is at least the
-    /// page shift and the pages are a whole number of buffers.
-    pub(crate) fn new(
-        pages: Arc<PinnedPages>,
-        buf_shift: u32,
-    ) -> Result<impl PinInit<Self, Error>> {
-        let order = buf_shift.checked_sub(PAGE_SHIFT).ok_or(EINVAL)?;
-        if order >= usize::BITS || pages.len() % (1usize << order) != 0 {
+    /// page shift and `mem` is a whole, nonzero number of buffers.
+    pub(crate) fn new(mem: AreaMemory, buf_shift: u32) -> Result<impl PinInit<Self, Error>> {
+        if !(PAGE_SHIFT..usize::BITS).contains(&buf_shift) {
             return Err(EINVAL);
         }
-        let n = pages.len() >> order;
+        let len = mem.len();
+        if len == 0 || len % (1usize << buf_shift) != 0 {
+            return Err(EINVAL);
+        }
+        let n = len >> buf_shift;
         // Charged to the caller's memory cgroup, like io_uring's area
         // arrays: these scale with the area.
         let area = KBox::new(
@@ -172,7 +173,7 @@ impl NetIovArea {
         Ok(try_pin_init!(Self {
             area: ManuallyDrop::new(area),
             niovs: ManuallyDrop::new(niovs),
-            pages,
+            mem,
             buf_shift,
             urefs,
             free <- new_spinlock_bh!(free, "NetIovArea::free"),
@@ -206,6 +207,12 @@ impl NetIovArea {
     /// Pages per buffer, as a page-pool order.
     pub(crate) fn buf_order(&self) -> u32 {
         self.buf_shift - PAGE_SHIFT
+    }
+
+    /// Whether the CPU can fill buffers (copies): pinned pages can, a
+    /// dma-buf cannot (the module does not map it for the CPU).
+    pub(crate) fn can_copy(&self) -> bool {
+        self.mem.pages().is_some()
     }
 
     /// Buffers the user holds, counted with multiplicity (a walk: for stats
@@ -464,7 +471,7 @@ impl NetIovArea {
         }
         let size = self.buf_size();
         // The largest segment the scatterlist can hold, in whole buffers.
-        let m = DmaMapping::new(dev, self.pages.clone(), !(size as u32 - 1))?;
+        let m = self.mem.map(dev, !(size as u32 - 1))?;
         let mut idx = 0usize;
         m.for_each_segment(|addr, len| {
             // Segments in page order, each a whole number of buffers: then
@@ -474,7 +481,8 @@ impl NetIovArea {
             }
             for k in 0..len / size {
                 if idx >= self.len() {
-                    return Err(EINVAL);
+                    // A dma-buf is mapped whole; the area is its start.
+                    return if self.can_copy() { Err(EINVAL) } else { Ok(()) };
                 }
                 self.set_dma_addr(idx, addr + (k * size) as u64)?;
                 idx += 1;
@@ -639,7 +647,8 @@ impl FreeBuf<'_> {
     }
 
     /// Runs `f` with page `k` of the buffer mapped into the kernel (to
-    /// fill it with a copy); `EINVAL` if the buffer has no page `k`.
+    /// fill it with a copy); `EINVAL` if the buffer has no page `k`,
+    /// `EOPNOTSUPP` if the area is not CPU memory (a dma-buf).
     pub(crate) fn with_page<R>(
         &mut self,
         k: usize,
@@ -649,7 +658,8 @@ impl FreeBuf<'_> {
         if k >> order != 0 {
             return Err(EINVAL);
         }
-        Ok(self.area.pages.with_mapped((self.idx << order) + k, f))
+        let pages = self.area.mem.pages().ok_or(EOPNOTSUPP)?;
+        Ok(pages.with_mapped((self.idx << order) + k, f))
     }
 
     /// Hands the filled buffer to the user.

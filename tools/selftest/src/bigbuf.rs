@@ -270,7 +270,7 @@ fn large_buffers_rules_and_copies(env: &Env) -> Outcome {
     let base = tryo!(discontiguous(LEN));
     let reg = |buf_size: u32, len: u64, pad: u32| -> std::io::Result<()> {
         let z = Zcrx::open()?;
-        let mut r = zcrx_rs_area_reg { addr: base, len, buf_size, __pad: pad, ..Default::default() };
+        let mut r = zcrx_rs_area_reg { addr: base, len, buf_size, dmabuf_fd: pad as i32, ..Default::default() };
         // SAFETY: REGISTER_AREA on our context's fd with a matching struct.
         match unsafe { libc::ioctl(z.raw_fd(), IOC_REGISTER_AREA as _, &mut r as *mut zcrx_rs_area_reg) } {
             0 => Ok(()),
@@ -282,7 +282,7 @@ fn large_buffers_rules_and_copies(env: &Env) -> Outcome {
         ("buf_size half a page", ps as u32 / 2, LEN as u64, 0),
         ("buf_size 4 MiB", 4 << 20, 4 << 20, 0),
         ("area not a whole number of buffers", BUF as u32, BUF as u64 + ps, 0),
-        ("padding set", BUF as u32, LEN as u64, 1),
+        ("dmabuf_fd set without ZCRX_RS_AREA_DMABUF", BUF as u32, LEN as u64, 1),
     ] {
         tryo!(expect_errno(what, reg(bs, len, pad), libc::EINVAL));
     }

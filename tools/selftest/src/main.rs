@@ -23,6 +23,7 @@ mod bigbuf;
 mod clients;
 mod common;
 mod copyonly;
+mod dmabuf;
 mod edges;
 mod errors;
 mod events;
@@ -100,6 +101,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(bigbuf::TESTS);
     v.extend_from_slice(events::TESTS);
     v.extend_from_slice(netlink::TESTS);
+    v.extend_from_slice(dmabuf::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v

@@ -293,6 +293,25 @@ impl Zcrx {
         Ok(())
     }
 
+    /// Registers the first `len` bytes of the dma-buf `dmabuf` as the area
+    /// (`ZCRX_RS_AREA_DMABUF`), buffers of `buf_size` bytes (0: a page), and
+    /// maps the dma-buf here (`MAP_SHARED`) so that [`Zcrx::data`] reads
+    /// what the NIC wrote. The caller keeps `dmabuf` open as long as it
+    /// likes: the kernel holds its own reference.
+    pub fn register_dmabuf(&mut self, dmabuf: RawFd, len: usize, buf_size: usize) -> io::Result<()> {
+        let mut r = zcrx_rs_area_reg {
+            len: len as u64,
+            flags: ZCRX_RS_AREA_DMABUF,
+            buf_size: buf_size as u32,
+            dmabuf_fd: dmabuf,
+            ..Default::default()
+        };
+        ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
+        self.buf_size = if buf_size == 0 { page_size() } else { buf_size };
+        self.area = Some(Mapping::shared(dmabuf, len)?);
+        Ok(())
+    }
+
     /// The area's buffer size (the page size before one is registered).
     pub fn buf_size(&self) -> usize {
         self.buf_size

@@ -64,6 +64,7 @@ struct zcrx_rs_info {
 #define ZCRX_RS_FEATURE_BUF_SIZE	(1ULL << 3)	/* zcrx_rs_area_reg.buf_size */
 #define ZCRX_RS_FEATURE_EVENTS		(1ULL << 4)	/* ZCRX_RS_IOC_EVENTS, poll(),
 							 * ring stats */
+#define ZCRX_RS_FEATURE_DMABUF		(1ULL << 5)	/* ZCRX_RS_AREA_DMABUF */
 
 /*
  * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
@@ -72,12 +73,18 @@ struct zcrx_rs_info {
  * to write it (without an IOMMU: physically contiguous): back the area with
  * hugetlbfs memory, else BIND fails with ERANGE. A copy-only context
  * (ZCRX_RS_BIND_NODEV) takes any memory.
+ *
+ * With ZCRX_RS_AREA_DMABUF the area is the first len bytes of the dma-buf
+ * dmabuf_fd (udmabuf, a GPU's memory) instead of user memory at addr
+ * (which must be 0): the NIC writes it, the module never maps it for the
+ * CPU, so data that would need a copy stays in the socket (RECV:
+ * EOPNOTSUPP) and a copy-only context cannot use it.
  */
 struct zcrx_rs_area_reg {
-	__u64	addr;			/* in: page aligned */
+	__u64	addr;			/* in: page aligned (0 for a dma-buf) */
 	__u64	len;			/* in: a multiple of the buffer size,
 					 * <= ZCRX_RS_AREA_MAX_LEN */
-	__u32	flags;			/* in: must be zero */
+	__u32	flags;			/* in: ZCRX_RS_AREA_* */
 	__u32	area_id;		/* out: 0 (one area per context) */
 	__u32	buf_size;		/* in: bytes per buffer, a power of two
 					 * from the page size to
@@ -85,9 +92,11 @@ struct zcrx_rs_area_reg {
 					 * size. The queues bound must take
 					 * buffers of this size (their driver's
 					 * rx_page_size support) */
-	__u32	__pad;			/* in: zero */
+	__s32	dmabuf_fd;		/* in: with ZCRX_RS_AREA_DMABUF; else 0 */
 	__u64	__resv[1];		/* in: zero */
 };
+
+#define ZCRX_RS_AREA_DMABUF	(1U << 0)	/* the area is a dma-buf */
 
 /* Refill ring layout in the mmap of the context (offset 0). */
 struct zcrx_rs_ring_offsets {

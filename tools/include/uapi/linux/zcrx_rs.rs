@@ -12,6 +12,8 @@ pub const ZCRX_RS_FEATURE_BIND_NODEV: u32 = 2;
 pub const ZCRX_RS_FEATURE_ADD_QUEUE: u32 = 4;
 pub const ZCRX_RS_FEATURE_BUF_SIZE: u32 = 8;
 pub const ZCRX_RS_FEATURE_EVENTS: u32 = 16;
+pub const ZCRX_RS_FEATURE_DMABUF: u32 = 32;
+pub const ZCRX_RS_AREA_DMABUF: u32 = 1;
 pub const ZCRX_RS_BIND_NODEV: u32 = 1;
 pub const ZCRX_RS_BIND_ADD_QUEUE: u32 = 2;
 pub const ZCRX_RS_REC_COPY: u32 = 1;
@@ -80,7 +82,7 @@ pub struct zcrx_rs_area_reg {
     pub flags: __u32,
     pub area_id: __u32,
     pub buf_size: __u32,
-    pub __pad: __u32,
+    pub dmabuf_fd: __s32,
     pub __resv: [__u64; 1usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -97,8 +99,8 @@ const _: () = {
         [::core::mem::offset_of!(zcrx_rs_area_reg, area_id) - 20usize];
     ["Offset of field: zcrx_rs_area_reg::buf_size"]
         [::core::mem::offset_of!(zcrx_rs_area_reg, buf_size) - 24usize];
-    ["Offset of field: zcrx_rs_area_reg::__pad"]
-        [::core::mem::offset_of!(zcrx_rs_area_reg, __pad) - 28usize];
+    ["Offset of field: zcrx_rs_area_reg::dmabuf_fd"]
+        [::core::mem::offset_of!(zcrx_rs_area_reg, dmabuf_fd) - 28usize];
     ["Offset of field: zcrx_rs_area_reg::__resv"]
         [::core::mem::offset_of!(zcrx_rs_area_reg, __resv) - 32usize];
 };

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! dma-buf areas (`ZCRX_RS_AREA_DMABUF`): the NIC writes into memory
+//! another driver exports (here udmabuf, a memfd's pages; a GPU's memory on
+//! real machines); the module never maps it for the CPU.
+
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::uapi::*;
+use zcrx::{Pattern, Rec, Zcrx};
+
+use crate::common::{ensure_loaded, expect_errno, info, mib, wait_idle};
+use crate::net::{addr_a, in_netns, join, receive, sender, Nsim, Rx, NS_A};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[("dmabuf_area_zero_copy", dmabuf_area_zero_copy)];
+
+/// `struct udmabuf_create` (`<linux/udmabuf.h>`).
+#[repr(C)]
+struct UdmabufCreate {
+    memfd: u32,
+    flags: u32,
+    offset: u64,
+    size: u64,
+}
+
+/// `UDMABUF_CREATE`: `_IOW('u', 0x42, struct udmabuf_create)`.
+const UDMABUF_CREATE: libc::c_ulong = (1 << 30) | (24 << 16) | ((b'u' as libc::c_ulong) << 8) | 0x42;
+
+/// A memfd of `len` bytes and a udmabuf of it: `(memfd, dmabuf)`.
+fn udmabuf(len: usize) -> Result<(OwnedFd, OwnedFd), String> {
+    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: plain syscalls on fds we own; the struct matches the ioctl.
+    unsafe {
+        let m = libc::memfd_create(c"zcrx-dmabuf".as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC);
+        if m < 0 {
+            return Err(os("memfd_create"));
+        }
+        let memfd = OwnedFd::from_raw_fd(m);
+        if libc::ftruncate(m, len as libc::off_t) != 0 {
+            return Err(os("ftruncate"));
+        }
+        if libc::fcntl(m, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) != 0 {
+            return Err(os("F_SEAL_SHRINK"));
+        }
+        let dev = libc::open(c"/dev/udmabuf".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if dev < 0 {
+            return Err(os("/dev/udmabuf"));
+        }
+        let dev = OwnedFd::from_raw_fd(dev);
+        let c = UdmabufCreate { memfd: m as u32, flags: 1, offset: 0, size: len as u64 };
+        let d = libc::ioctl(dev.as_raw_fd(), UDMABUF_CREATE, &c as *const UdmabufCreate);
+        if d < 0 {
+            return Err(os("UDMABUF_CREATE"));
+        }
+        Ok((memfd, OwnedFd::from_raw_fd(d)))
+    }
+}
+
+/// A 16 MiB udmabuf as the area of a context bound to a header-split
+/// netdevsim queue: a stream arrives byte-exact (read through a mapping of
+/// the dma-buf), all zero-copy; what REGISTER_AREA refuses (`EBADF` for a
+/// closed fd, `EINVAL` for a memfd that is no dma-buf, a length beyond the
+/// dma-buf, an address with the flag); a copy-only context cannot use it
+/// (`EOPNOTSUPP`); data that would need a copy (loopback) stays in the
+/// socket: RECV says `EOPNOTSUPP` and `read()` gets the bytes.
+fn dmabuf_area_zero_copy(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let i = tryo!(info());
+    if i.features & u64::from(ZCRX_RS_FEATURE_DMABUF) == 0 {
+        return Fail(format!("INFO lacks ZCRX_RS_FEATURE_DMABUF: {:#x}", i.features));
+    }
+    const LEN: usize = 16 << 20;
+    let (memfd, dmabuf) = tryo!(udmabuf(LEN));
+    // The rules.
+    let raw = |z: &Zcrx, r: zcrx_rs_area_reg| -> std::io::Result<()> {
+        let mut r = r;
+        // SAFETY: REGISTER_AREA on our fd with a matching struct.
+        match unsafe { libc::ioctl(z.raw_fd(), IOC_REGISTER_AREA as _, &mut r as *mut zcrx_rs_area_reg) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    let reg = |fd: i32, len: usize, addr: u64| zcrx_rs_area_reg {
+        addr,
+        len: len as u64,
+        flags: ZCRX_RS_AREA_DMABUF,
+        dmabuf_fd: fd,
+        ..Default::default()
+    };
+    let z = tryo!(Zcrx::open().map_err(|e| format!("open: {e}")));
+    tryo!(expect_errno("a closed fd", raw(&z, reg(1000, LEN, 0)), libc::EBADF));
+    tryo!(expect_errno("a memfd", raw(&z, reg(memfd.as_raw_fd(), LEN, 0)), libc::EINVAL));
+    tryo!(expect_errno("longer than the dma-buf", raw(&z, reg(dmabuf.as_raw_fd(), 2 * LEN, 0)), libc::EINVAL));
+    tryo!(expect_errno("an address with the flag", raw(&z, reg(dmabuf.as_raw_fd(), LEN, 4096)), libc::EINVAL));
+    drop(z);
+    // Copy-only cannot use it.
+    let mut z = tryo!(Zcrx::open().map_err(|e| format!("open: {e}")));
+    tryo!(z.register_dmabuf(dmabuf.as_raw_fd(), LEN, 0).map_err(|e| format!("register the dma-buf: {e}")));
+    tryo!(expect_errno("copy-only on a dma-buf area", z.bind_nodev(0), libc::EOPNOTSUPP));
+    drop(z);
+
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    const PORT: u16 = 7160;
+    let bytes = env.bytes(128 << 20);
+    let seed = 160u64;
+    let a_idx = n.a_idx;
+    let before = tryo!(n.stats(1, 0));
+    let dfd = tryo!(dmabuf.try_clone().map_err(|e| format!("dup: {e}")));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let rx = in_netns(NS_A, move || -> Result<(Rx, zcrx_rs_stats, String), String> {
+        let mut z = Zcrx::open().map_err(|e| format!("open: {e}"))?;
+        z.register_dmabuf(dfd.as_raw_fd(), LEN, 0).map_err(|e| format!("register the dma-buf: {e}"))?;
+        z.bind(a_idx, 0, 0).map_err(|e| format!("bind: {e}"))?;
+        let l = TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).map_err(|e| format!("listen: {e}"))?;
+        // A loopback connection: its data would need a copy.
+        let lo = TcpListener::bind((Ipv4Addr::LOCALHOST, PORT + 1)).map_err(|e| format!("listen lo: {e}"))?;
+        let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, PORT + 1)).map_err(|e| format!("connect lo: {e}"))?;
+        let (mut s_lo, _) = lo.accept().map_err(|e| format!("accept lo: {e}"))?;
+        std::io::Write::write_all(&mut c, b"copy me").map_err(|e| format!("write lo: {e}"))?;
+        std::thread::sleep(Duration::from_millis(50));
+        let mut recs = vec![Rec::default(); 8];
+        let lo_res = match z.recv(s_lo.as_raw_fd(), &mut recs, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                let mut b = [0u8; 7];
+                s_lo.read_exact(&mut b).map_err(|e| format!("read after EOPNOTSUPP: {e}"))?;
+                if &b != b"copy me" {
+                    return Err(format!("read {b:?} after EOPNOTSUPP"));
+                }
+                "loopback RECV: EOPNOTSUPP, read() then got the 7 bytes".to_string()
+            }
+            other => return Err(format!("RECV of loopback data into a dma-buf area: {other:?}")),
+        };
+        let _ = ready_tx.send(());
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let rx = receive(&mut z, &s, &Pattern::new(seed), None)?;
+        let st = z.stats().map_err(|e| format!("stats: {e}"))?;
+        Ok((rx, st, lo_res))
+    });
+    let _ = ready_rx.recv();
+    let tx = sender(addr_a(false, PORT), bytes, Arc::new(Pattern::new(seed)), 0);
+    let sent = join(tx);
+    let (rx, st, lo_res) = match join(rx) {
+        Ok(v) => v,
+        Err(e) => return Fail(format!("receiver: {e}; sender: {sent:?}")),
+    };
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    env.diag(&format!(
+        "udmabuf area of {}: {} byte-exact, zero-copy {} ({:.2}%), copied {}; module: zc {} copy {}; netdevsim DMA'd {}; \
+         {lo_res}; EBADF, EINVAL x3, EOPNOTSUPP for copy-only",
+        mib(LEN as u64),
+        mib(rx.bytes),
+        mib(rx.zc_bytes),
+        100.0 * rx.zc_bytes as f64 / rx.bytes.max(1) as f64,
+        mib(rx.copy_bytes),
+        mib(st.zc_bytes),
+        mib(st.copy_bytes),
+        mib(d.dma_bytes)
+    ));
+    if sent != Ok(bytes) || rx.bytes != bytes {
+        return Fail(format!("sent {sent:?}, received {} of {bytes}", rx.bytes));
+    }
+    if rx.zc_bytes != bytes || rx.copy_bytes != 0 || st.zc_bytes != bytes || d.dma_bytes < bytes {
+        return Fail("not all zero-copy into the dma-buf".into());
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
