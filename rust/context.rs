@@ -154,7 +154,9 @@ impl Context {
                     | ZCRX_RS_FEATURE_ADD_QUEUE
                     | ZCRX_RS_FEATURE_BUF_SIZE
                     | ZCRX_RS_FEATURE_EVENTS
-                    | ZCRX_RS_FEATURE_DMABUF,
+                    | ZCRX_RS_FEATURE_DMABUF
+                    | ZCRX_RS_FEATURE_NETLINK
+                    | ZCRX_RS_FEATURE_SHARE,
             ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),

@@ -68,6 +68,10 @@ fn dump(ifindex: u32) -> Result<Vec<(String, u32, String, u64)>, String> {
 /// queue's pool with the same nest; after UNBIND neither does.
 fn netlink_dumps_show_provider(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
+    let feat = tryo!(crate::common::info()).features;
+    if feat & u64::from(zcrx::uapi::ZCRX_RS_FEATURE_NETLINK) == 0 {
+        return Fail(format!("INFO lacks ZCRX_RS_FEATURE_NETLINK: {feat:#x}"));
+    }
     let _huge = tryo!(HugePages::reserve((4 << 20) / zcrx::dev::huge_page_size() as u64 + 1));
     let n = tryo!(Nsim::up(2));
     tryo!(n.hds(true));

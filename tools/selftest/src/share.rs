@@ -188,6 +188,10 @@ fn receive_sharing(z: &mut Zcrx, l: &std::net::TcpListener, pat: &Pattern, ctl: 
 /// VmPin back where it was.
 fn context_shared_across_processes(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
+    let feat = tryo!(crate::common::info()).features;
+    if feat & u64::from(zcrx::uapi::ZCRX_RS_FEATURE_SHARE) == 0 {
+        return Fail(format!("INFO lacks ZCRX_RS_FEATURE_SHARE: {feat:#x}"));
+    }
     let pinned0 = vm_pinned_kb();
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));

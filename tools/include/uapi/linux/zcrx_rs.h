@@ -65,6 +65,11 @@ struct zcrx_rs_info {
 #define ZCRX_RS_FEATURE_EVENTS		(1ULL << 4)	/* ZCRX_RS_IOC_EVENTS, poll(),
 							 * ring stats */
 #define ZCRX_RS_FEATURE_DMABUF		(1ULL << 5)	/* ZCRX_RS_AREA_DMABUF */
+#define ZCRX_RS_FEATURE_NETLINK		(1ULL << 6)	/* queue-get/page-pool-get
+							 * show mp-provider */
+#define ZCRX_RS_FEATURE_SHARE		(1ULL << 7)	/* a context fd serves any
+							 * process holding it
+							 * (SCM_RIGHTS, fork) */
 
 /*
  * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
