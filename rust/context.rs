@@ -50,6 +50,11 @@ const MAX_RECS: u32 = 1 << 16;
 struct Inner {
     area: Option<Arc<Area>>,
     zcrx: Option<Arc<Zcrx>>,
+    /// Armed and fired events, made by the first EVENTS or poll (their
+    /// wait queue costs an RCU grace period when freed); attached to
+    /// `zcrx` while it is the context's (detached before the context lets
+    /// go of one).
+    events: Option<Arc<Events>>,
     /// RECV calls running (on `zcrx`, or on one it replaced).
     recvs: usize,
 }
@@ -62,9 +67,6 @@ pub(crate) struct Context {
     ctl: Mutex<()>,
     #[pin]
     inner: Mutex<Inner>,
-    /// Armed and fired events; attached to `inner.zcrx` while it is the
-    /// context's (detached before the context lets go of one).
-    events: Arc<Events>,
 }
 
 /// A RECV in progress: counted in `Inner::recvs` while it lives.
@@ -104,11 +106,11 @@ impl MiscDevice for Context {
                     Inner {
                         area: None,
                         zcrx: None,
+                        events: None,
                         recvs: 0
                     },
                     "Context::inner"
                 ),
-                events: Events::new()?,
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -127,13 +129,17 @@ impl MiscDevice for Context {
             uapi::IOC_STATS => me.stats(user),
             uapi::IOC_UNBIND => me.unbind(),
             uapi::IOC_UNREGISTER_AREA => me.unregister_area(),
-            uapi::IOC_EVENTS => me.events(user),
+            uapi::IOC_EVENTS => me.arm_events(user),
             _ => Err(ENOTTY),
         }
     }
 
     fn poll(me: Pin<&Context>, file: &File, table: &PollTable<'_>) -> u32 {
-        me.events.poll(file, table)
+        match me.events() {
+            Ok(ev) => ev.poll(file, table),
+            // No memory for the wait queue: nothing to wait on.
+            Err(_) => kernel::sync::poll::POLLERR,
+        }
     }
 
     fn mmap(me: Pin<&Context>, _file: &File, vma: &VmaNew) -> Result {
@@ -237,14 +243,18 @@ impl Context {
         // going away) it may bind again, with a new refill ring. Buffers
         // the user holds from the earlier binding stay valid and go back
         // through the new ring.
-        let (area, old) = {
+        let (area, old, events) = {
             let inner = self.inner.lock();
             if let Some(z) = &inner.zcrx {
                 if z.is_bound() {
                     return Err(EBUSY);
                 }
             }
-            (inner.area.clone().ok_or(EINVAL)?, inner.zcrx.clone())
+            (
+                inner.area.clone().ok_or(EINVAL)?,
+                inner.zcrx.clone(),
+                inner.events.clone(),
+            )
         };
         if let Some(old) = &old {
             // Buffers the user gave back on the old ring since UNBIND go
@@ -260,7 +270,8 @@ impl Context {
             }
             Zcrx::copy_only(area, entries)?
         } else {
-            Zcrx::bind(area, req.ifindex, req.rxq, entries)?
+            // Events attached from the start: the queue may run dry at once.
+            Zcrx::bind(area, req.ifindex, req.rxq, entries, events)?
         };
         describe_ring(&mut req, entries);
         let published = w.write(&req).and_then(|()| {
@@ -275,11 +286,16 @@ impl Context {
                 return Err(EBUSY);
             }
             inner.zcrx = Some(zcrx.clone());
-            zcrx.attach_events(self.events.clone());
+            // The events as they are now (an EVENTS call may have made
+            // them meanwhile).
+            if let Some(ev) = &inner.events {
+                zcrx.attach_events(ev.clone());
+            }
             Ok(())
         });
         if let Err(e) = published {
             let _ = zcrx.unbind();
+            drop(zcrx.detach_events());
             return Err(e);
         }
         if let Some(old) = old {
@@ -364,8 +380,23 @@ impl Context {
         Ok(0)
     }
 
+    /// The context's events, made (and attached to the receive state) on
+    /// first use.
+    fn events(&self) -> Result<Arc<Events>> {
+        let mut inner = self.inner.lock();
+        if let Some(ev) = &inner.events {
+            return Ok(ev.clone());
+        }
+        let ev = Events::new()?;
+        if let Some(z) = &inner.zcrx {
+            z.attach_events(ev.clone());
+        }
+        inner.events = Some(ev.clone());
+        Ok(ev)
+    }
+
     /// Collects the fired events and arms `arm` (see [`events`]).
-    fn events(&self, user: UserSlice) -> Result<isize> {
+    fn arm_events(&self, user: UserSlice) -> Result<isize> {
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_events = r.read()?;
         if req.arm & !events::ALL != 0
@@ -376,7 +407,7 @@ impl Context {
         {
             return Err(EINVAL);
         }
-        let (fired, armed) = self.events.collect_and_arm(req.arm);
+        let (fired, armed) = self.events()?.collect_and_arm(req.arm);
         req.fired = fired;
         req.armed = armed;
         w.write(&req)?;
@@ -460,7 +491,7 @@ impl PinnedDrop for Context {
             // Not bound any more (UNBIND, device gone) is fine here.
             let _ = zcrx.unbind();
             zcrx.scrub();
-            // Before `self.events` goes (see `events`): the state may
+            // Before `inner.events` goes (see `events`): the state may
             // outlive us in a draining page pool.
             drop(zcrx.detach_events());
         }

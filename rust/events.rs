@@ -17,7 +17,7 @@
 
 use core::sync::atomic::{
     AtomicU32,
-    Ordering::{Acquire, Relaxed},
+    Ordering::{Acquire, Relaxed, Release},
 };
 
 use kernel::{
@@ -66,11 +66,13 @@ impl Events {
         if self.armed.load(Relaxed) & events == 0 {
             return 0;
         }
-        let hit = self.armed.fetch_and(!events, Acquire) & events;
+        let hit = self.armed.fetch_and(!events, Relaxed) & events;
         if hit == 0 {
             return 0;
         }
-        self.fired.fetch_or(hit, Relaxed);
+        // Release: whoever sees the bit (collect, poll) sees the counters
+        // the caller updated before firing.
+        self.fired.fetch_or(hit, Release);
         self.waiters.notify_all();
         hit.count_ones()
     }
@@ -78,7 +80,7 @@ impl Events {
     /// Collects the fired events (clearing them), then arms `arm`:
     /// `(fired, armed now)`.
     pub(crate) fn collect_and_arm(&self, arm: u32) -> (u32, u32) {
-        let fired = self.fired.swap(0, Relaxed);
+        let fired = self.fired.swap(0, Acquire);
         let armed = self.armed.fetch_or(arm, Relaxed) | arm;
         (fired, armed)
     }
@@ -87,7 +89,7 @@ impl Events {
     /// `POLLPRI` while a fired event waits to be collected.
     pub(crate) fn poll(&self, file: &File, table: &PollTable<'_>) -> u32 {
         table.register_wait(file, &self.waiters);
-        if self.fired.load(Relaxed) != 0 {
+        if self.fired.load(Acquire) != 0 {
             POLLPRI
         } else {
             0

@@ -33,6 +33,11 @@ pub(crate) const STATS_OFF: u32 = 128;
 /// Offset of the entries.
 pub(crate) const RQES_OFF: u32 = 192;
 
+const _: () = assert!(
+    STATS_OFF as usize + core::mem::size_of::<uapi::zcrx_rs_ring_stats>() <= RQES_OFF as usize
+        && TAIL_OFF as usize + 4 <= STATS_OFF as usize
+);
+
 /// Why a refill entry was refused.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum BadRqe {
@@ -123,21 +128,25 @@ impl RefillRing {
         self.mem.atomic_u32(off as usize).unwrap_or(&ZERO)
     }
 
-    /// Stores the counters of `s` in the ring's `struct zcrx_rs_ring_stats`
-    /// (relaxed: each word is stored whole; the user reads them as they
-    /// come).
+    /// Brings the ring's `struct zcrx_rs_ring_stats` up to the counters of
+    /// `s`. Callers race (RECV and NAPI, on several CPUs): each word only
+    /// ever grows (`fetch_max`), so a late caller's older snapshot never
+    /// takes back a newer value, and once all callers are done every word
+    /// holds its counter's value.
     pub(crate) fn publish_stats(&self, s: &Stats) {
+        use core::mem::offset_of;
+        use uapi::zcrx_rs_ring_stats as R;
         let words = [
-            s.zc_bytes.get_relaxed(),
-            s.copy_bytes.get_relaxed(),
-            s.copy_records.get_relaxed(),
-            s.alloc_fail.get_relaxed(),
-            s.events.get_relaxed(),
+            (offset_of!(R, zc_bytes), s.zc_bytes.get_relaxed()),
+            (offset_of!(R, copy_bytes), s.copy_bytes.get_relaxed()),
+            (offset_of!(R, copy_records), s.copy_records.get_relaxed()),
+            (offset_of!(R, alloc_fail), s.alloc_fail.get_relaxed()),
+            (offset_of!(R, events), s.events.get_relaxed()),
         ];
-        for (i, v) in words.into_iter().enumerate() {
+        for (off, v) in words {
             // Inside the ring's first page (type invariant): cannot fail.
-            if let Some(w) = self.mem.atomic_u64(STATS_OFF as usize + 8 * i) {
-                w.store(v, Ordering::Relaxed);
+            if let Some(w) = self.mem.atomic_u64(STATS_OFF as usize + off) {
+                w.fetch_max(v, Ordering::Relaxed);
             }
         }
     }

@@ -118,9 +118,25 @@ impl Zcrx {
 
     /// Binds `area` to rx queue `rxq` of device `ifindex` (current network
     /// namespace) with a refill ring of `entries` entries.
-    pub(crate) fn bind(area: Arc<Area>, ifindex: u32, rxq: u32, entries: u32) -> Result<Arc<Self>> {
+    /// `events`, if given, hears this state's events from the start (the
+    /// queue may run dry as soon as it restarts): the caller detaches them
+    /// before letting go of the state, as for [`Zcrx::attach_events`]; on
+    /// failure they are detached here.
+    pub(crate) fn bind(
+        area: Arc<Area>,
+        ifindex: u32,
+        rxq: u32,
+        entries: u32,
+        events: Option<Arc<Events>>,
+    ) -> Result<Arc<Self>> {
         let zcrx = Self::new(area, entries, false)?;
-        zcrx.add_queue(ifindex, rxq, false)?;
+        if let Some(ev) = events {
+            zcrx.attach_events(ev);
+        }
+        if let Err(e) = zcrx.add_queue(ifindex, rxq, false) {
+            drop(zcrx.detach_events());
+            return Err(e);
+        }
         Ok(zcrx)
     }
 

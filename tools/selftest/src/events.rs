@@ -253,8 +253,9 @@ fn events_pool_dry_wakes_epoll(env: &Env) -> Outcome {
 
 /// A copy-only context over loopback with `ZCRX_RS_EVENT_COPY` armed: the
 /// first RECV's copies fire it and `epoll_wait` on the context fd returns
-/// `EPOLLPRI`; nothing fires with nothing armed; arming rules (`EINVAL`
-/// for unknown bits or output fields set).
+/// `EPOLLPRI`; nothing fires with nothing armed; armed again it fires
+/// again, also after a new BIND; arming rules (`EINVAL` for unknown bits
+/// or output fields set).
 fn events_copy_wakes_epoll(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     const PORT: u16 = 7151;
@@ -326,6 +327,24 @@ fn events_copy_wakes_epoll(env: &Env) -> Outcome {
         }
         let st = z.stats().map_err(|e| format!("stats: {e}"))?;
         let ring = z.ring_stats().ok_or("no counters in the ring mapping")?;
+        // Armed again, it fires again, also after a new BIND: the events
+        // are the context's.
+        let e = z.events(ZCRX_RS_EVENT_COPY).map_err(|e| format!("re-arm: {e}"))?;
+        if e.fired != 0 || e.armed != ZCRX_RS_EVENT_COPY {
+            return Err(format!("re-arming: fired {:#x} armed {:#x}", e.fired, e.armed));
+        }
+        z.bind_nodev(0).map_err(|e| format!("BIND NODEV again: {e}"))?;
+        let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, PORT)).map_err(|e| format!("connect: {e}"))?;
+        let (s2, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        std::io::Write::write_all(&mut c, &[7u8; 4096]).map_err(|e| format!("write: {e}"))?;
+        let r = z.recv(s2.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv after rebind: {e}"))?;
+        if r.bytes == 0 || !ep.wait(10_000)?.iter().any(|r| r.1 & libc::EPOLLPRI as u32 != 0) {
+            return Err("after re-arming and a new BIND, a copy did not wake epoll".into());
+        }
+        let again = z.events(0).map_err(|e| format!("collect: {e}"))?.fired;
+        if again != ZCRX_RS_EVENT_COPY {
+            return Err(format!("after re-arming and a new BIND: fired {again:#x}"));
+        }
         Ok((got, fired, ring, st))
     });
     let _ = ready_rx.recv();
@@ -350,7 +369,8 @@ fn events_copy_wakes_epoll(env: &Env) -> Outcome {
         Err(e) => return Fail(format!("receiver: {e}; sender: {sent:?}")),
     };
     env.diag(&format!(
-        "copy-only over loopback: {} byte-exact, all copied; COPY fired {fired:#x} and woke epoll; \
+        "copy-only over loopback: {} byte-exact, all copied; COPY fired {fired:#x} and woke epoll, and again \
+         after re-arming and a new BIND; \
          STATS copy {} in {} records; ring counters copy {} in {} records, events {}; EINVAL x5 for bad requests",
         mib(got),
         mib(st.copy_bytes),

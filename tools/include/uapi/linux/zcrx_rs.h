@@ -113,10 +113,10 @@ struct zcrx_rs_ring_offsets {
 };
 
 /*
- * Counters of the context in the ring mapping, written by the kernel as
- * they change (each a naturally aligned __u64, stored whole): readable
- * with no syscall. The same values as ZCRX_RS_IOC_STATS's, of the context's
- * current binding.
+ * Counters of the current binding in the ring mapping, brought up to date
+ * by the kernel as they change (each a naturally aligned __u64 that only
+ * grows): readable with no syscall. The first four are ZCRX_RS_IOC_STATS's
+ * counters of the same names.
  */
 struct zcrx_rs_ring_stats {
 	__u64	zc_bytes;
