@@ -28,14 +28,17 @@ _Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
 _Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, "feature");
 _Static_assert(ZCRX_FEATURE_BIND_NODEV == ZCRX_RS_FEATURE_BIND_NODEV, "feature");
 _Static_assert(ZCRX_FEATURE_ADD_QUEUE == ZCRX_RS_FEATURE_ADD_QUEUE, "feature");
+_Static_assert(ZCRX_FEATURE_BUF_SIZE == ZCRX_RS_FEATURE_BUF_SIZE, "feature");
 
 struct zcrx {
 	int fd;
-	uint32_t buf_size;
+	uint32_t page_size;	/* INFO's: the default buffer size */
+	uint32_t buf_size;	/* the area's (page_size without one) */
 	/* the area */
 	unsigned char *area;
 	size_t area_len;
-	bool area_ours;		/* mapped by zcrx_register_area() */
+	size_t map_len;		/* what we mapped: area_len, or whole huge pages */
+	bool area_ours;		/* mapped by zcrx_register_area*() */
 	/* the refill ring (mapped at bind) */
 	unsigned char *ring;
 	size_t ring_len;
@@ -80,6 +83,7 @@ EXPORT int zcrx_open(struct zcrx **out, const char *path)
 		free(z);
 		return -EPROTO;
 	}
+	z->page_size = info.page_size;
 	z->buf_size = info.page_size;
 	*out = z;
 	return 0;
@@ -101,7 +105,7 @@ EXPORT void zcrx_close(struct zcrx *z)
 	close(z->fd);
 	/* The module unpins the area when the context goes; unmap after. */
 	if (z->area_ours)
-		munmap(z->area, z->area_len);
+		munmap(z->area, z->map_len);
 	free(z->wait);
 	free(z);
 }
@@ -118,9 +122,13 @@ EXPORT int zcrx_info(struct zcrx *z, struct zcrx_info *out)
 
 	if (ret)
 		return ret;
+	memset(out, 0, sizeof(*out));
 	out->api_version = i.api_version;
 	out->buf_size = i.page_size;
 	out->features = i.features;
+	/* a module without large buffers: the page size is the largest */
+	out->max_buf_size = i.features & ZCRX_RS_FEATURE_BUF_SIZE && i.max_buf_size ?
+			    i.max_buf_size : i.page_size;
 	return 0;
 }
 
@@ -144,9 +152,14 @@ EXPORT int zcrx_stats(struct zcrx *z, struct zcrx_stats *out)
 	return 0;
 }
 
-EXPORT int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len)
+EXPORT int zcrx_register_area_mem_buf(struct zcrx *z, void *addr, size_t len,
+				      uint32_t buf_size)
 {
-	struct zcrx_rs_area_reg r = { .addr = (uintptr_t)addr, .len = len };
+	/* A page is 0 to the module: what modules before large buffers take. */
+	struct zcrx_rs_area_reg r = {
+		.addr = (uintptr_t)addr, .len = len,
+		.buf_size = buf_size == z->page_size ? 0 : buf_size
+	};
 	int ret;
 
 	if (z->area)
@@ -156,30 +169,93 @@ EXPORT int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len)
 		return ret;
 	z->area = addr;
 	z->area_len = len;
+	z->map_len = len;
 	z->area_ours = false;
+	z->buf_size = buf_size ? buf_size : z->page_size;
+	return 0;
+}
+
+EXPORT int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len)
+{
+	return zcrx_register_area_mem_buf(z, addr, len, 0);
+}
+
+/* The default huge page size (Hugepagesize in /proc/meminfo; 2 MiB if it
+ * cannot be read). */
+static size_t huge_page_size(void)
+{
+	static const char key[] = "Hugepagesize:";
+	char buf[4096], *p, *end;
+	unsigned long kb;
+	ssize_t n;
+	int fd;
+
+	fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 2UL << 20;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 2UL << 20;
+	buf[n] = '\0';
+	p = strstr(buf, key);
+	if (!p)
+		return 2UL << 20;
+	kb = strtoul(p + sizeof(key) - 1, &end, 10);
+	return kb && end != p + sizeof(key) - 1 ? kb << 10 : 2UL << 20;
+}
+
+EXPORT int zcrx_register_area_buf(struct zcrx *z, size_t len, uint32_t buf_size)
+{
+	size_t map_len = len;
+	void *p = MAP_FAILED;
+	int ret;
+
+	if (z->area)
+		return -EBUSY;
+	if (!buf_size)
+		buf_size = z->page_size;
+	if (buf_size < z->page_size || buf_size > ZCRX_RS_BUF_MAX_SIZE ||
+	    buf_size & (buf_size - 1))
+		return -EINVAL;
+	if (!len || len % buf_size || len > ZCRX_RS_AREA_MAX_LEN)
+		return -EINVAL;
+	/* Buffers larger than a page: hugetlbfs memory, physically contiguous
+	 * per huge page (the mapping is aligned to it), for a NIC to write
+	 * them whole. Without huge pages reserved, plain memory: copy-only
+	 * contexts take it, BIND answers ERANGE. */
+	if (buf_size > z->page_size) {
+		size_t hp = huge_page_size();
+
+		map_len = (len + hp - 1) / hp * hp;
+		p = mmap(NULL, map_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+	}
+	if (p == MAP_FAILED) {
+		map_len = len;
+		p = mmap(NULL, map_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	}
+	if (p == MAP_FAILED)
+		return -errno;
+	ret = zcrx_register_area_mem_buf(z, p, len, buf_size);
+	if (ret) {
+		munmap(p, map_len);
+		return ret;
+	}
+	z->map_len = map_len;
+	z->area_ours = true;
 	return 0;
 }
 
 EXPORT int zcrx_register_area(struct zcrx *z, size_t len)
 {
-	void *p;
-	int ret;
+	return zcrx_register_area_buf(z, len, 0);
+}
 
-	if (z->area)
-		return -EBUSY;
-	if (!len || len % z->buf_size || len > ZCRX_RS_AREA_MAX_LEN)
-		return -EINVAL;
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	ret = zcrx_register_area_mem(z, p, len);
-	if (ret) {
-		munmap(p, len);
-		return ret;
-	}
-	z->area_ours = true;
-	return 0;
+EXPORT uint32_t zcrx_buf_size(const struct zcrx *z)
+{
+	return z->buf_size;
 }
 
 static uint32_t ring_room(const struct zcrx *z)
@@ -308,10 +384,12 @@ EXPORT int zcrx_unregister_area(struct zcrx *z)
 		return ret;
 	unmap_ring(z);
 	if (z->area_ours)
-		munmap(z->area, z->area_len);
+		munmap(z->area, z->map_len);
 	z->area = NULL;
 	z->area_len = 0;
+	z->map_len = 0;
 	z->area_ours = false;
+	z->buf_size = z->page_size;
 	z->wait_start = z->wait_end = 0;
 	return 0;
 }

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define ZCRX_LIB_VERSION_MAJOR	1
-#define ZCRX_LIB_VERSION_MINOR	0
+#define ZCRX_LIB_VERSION_MINOR	2
 
 /* One receive record: the next @len bytes of the stream are at @off. */
 struct zcrx_rec {
@@ -63,13 +63,19 @@ struct zcrx_stats {
 #define ZCRX_FEATURE_UNREGISTER_AREA	(1ULL << 0)	/* zcrx_unregister_area() */
 #define ZCRX_FEATURE_BIND_NODEV		(1ULL << 1)	/* zcrx_bind_nodev() */
 #define ZCRX_FEATURE_ADD_QUEUE		(1ULL << 2)	/* zcrx_add_queue() */
+#define ZCRX_FEATURE_BUF_SIZE		(1ULL << 3)	/* zcrx_register_area_buf() */
 
 /* What the loaded module supports (zcrx_info()). */
 struct zcrx_info {
 	uint32_t api_version;	/* the module's uAPI version */
-	uint32_t buf_size;	/* size of one buffer */
+	uint32_t buf_size;	/* the page size: the default and smallest
+				 * buffer size of an area */
 	uint64_t features;	/* feature bits */
-	uint64_t __resv[4];	/* zero */
+	uint32_t max_buf_size;	/* largest buffer size an area may have
+				 * (the page size without
+				 * ZCRX_FEATURE_BUF_SIZE); since 1.2 */
+	uint32_t __pad;		/* zero */
+	uint64_t __resv[3];	/* zero */
 };
 
 struct zcrx;
@@ -87,14 +93,37 @@ int zcrx_fd(const struct zcrx *z);
 int zcrx_info(struct zcrx *z, struct zcrx_info *info);
 int zcrx_stats(struct zcrx *z, struct zcrx_stats *stats);
 
-/* Maps @len bytes of anonymous memory (a multiple of the buffer size) and
- * registers them as the area. One area per context. -ENOMEM over
- * RLIMIT_MEMLOCK. */
+/* Maps @len bytes of anonymous memory (a multiple of the page size) and
+ * registers them as the area of page-sized buffers. One area per context.
+ * -ENOMEM over RLIMIT_MEMLOCK. */
 int zcrx_register_area(struct zcrx *z, size_t len);
 
 /* Registers memory the caller owns and keeps mapped while the context
- * lives (page aligned: e.g. a hugetlbfs or shared anonymous mapping). */
+ * lives (page aligned: e.g. a hugetlbfs or shared anonymous mapping), as
+ * page-sized buffers. */
 int zcrx_register_area_mem(struct zcrx *z, void *addr, size_t len);
+
+/* zcrx_register_area() with buffers of @buf_size bytes (since 1.2): a power
+ * of two from the page size to zcrx_info()'s max_buf_size (2 MiB), 0 for
+ * the page size; @len a multiple of it. Records never cross a buffer, and
+ * zcrx_return() gives whole buffers back. A NIC writes a buffer larger than
+ * a page only if it is physically contiguous, so for those the area is
+ * hugetlbfs memory (MAP_HUGETLB, @len rounded up to whole huge pages); if
+ * no huge pages are reserved (/proc/sys/vm/nr_hugepages) it falls back to
+ * plain anonymous memory, which copy-only contexts (zcrx_bind_nodev())
+ * take but zcrx_bind() refuses with -ERANGE. -EINVAL for a bad size or a
+ * module without ZCRX_FEATURE_BUF_SIZE. */
+int zcrx_register_area_buf(struct zcrx *z, size_t len, uint32_t buf_size);
+
+/* zcrx_register_area_mem() with buffers of @buf_size bytes (since 1.2), as
+ * zcrx_register_area_buf() describes; for zcrx_bind() each buffer must be
+ * physically contiguous (hugetlbfs memory), -ERANGE otherwise. */
+int zcrx_register_area_mem_buf(struct zcrx *z, void *addr, size_t len,
+			       uint32_t buf_size);
+
+/* The buffer size of the context's area: what records and returns are
+ * counted in (the page size while it has none). Since 1.2. */
+uint32_t zcrx_buf_size(const struct zcrx *z);
 
 /* Installs the area on rx queue @rxq of @ifname (in the caller's network
  * namespace) and maps the refill ring; @rq_entries 0 sizes it for every

@@ -4,8 +4,12 @@
  * libzcrx: one context bound to one rx queue serves every connection.
  *
  *   cc epoll-server.c $(pkg-config --cflags --libs zcrx) -o epoll-server
- *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-n CONNECTIONS]
+ *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-b BUF_SIZE] [-n CONNECTIONS]
  *   ./epoll-server -p 5201            (no queue: a copy-only context, any NIC)
+ *
+ * -b: bytes per buffer (4096, 32768, 32k, 2M; default a page). Buffers
+ * larger than a page need huge pages for zero-copy (the library maps the
+ * area with MAP_HUGETLB): reserve them with /proc/sys/vm/nr_hugepages.
  *
  * For each connection it prints, at its end, the bytes received, how many
  * came zero-copy and how many were copied, and an FNV-1a 64-bit hash of
@@ -53,6 +57,21 @@ static int listen_on(int port)
 	return fd;
 }
 
+/* "32768", "32k", "2M": bytes; 0 if it is not a number (or too large). */
+static uint32_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		return 0;
+	if (*end == 'k' || *end == 'K')
+		v <<= 10, end++;
+	else if (*end == 'm' || *end == 'M')
+		v <<= 20, end++;
+	return *end || v > UINT32_MAX ? 0 : (uint32_t)v;
+}
+
 /* Reads what is there; returns 1 at the end of the stream, 0 if more may
  * come, a negative errno if the connection failed. */
 static int drain(struct zcrx *z, struct conn *c)
@@ -94,20 +113,29 @@ int main(int argc, char **argv)
 	const char *ifname = NULL;
 	int queue = -1, port = 5201, opt, lfd, ep, ret;
 	long area_mib = 16, want = 0, done = 0;
+	uint32_t buf_size = 0;
 	uint64_t tb = 0, tz = 0, tc = 0;
 	struct epoll_event ev;
 	struct zcrx *z;
 
-	while ((opt = getopt(argc, argv, "i:q:p:a:n:")) != -1) {
+	while ((opt = getopt(argc, argv, "i:q:p:a:b:n:")) != -1) {
 		switch (opt) {
 		case 'i': ifname = optarg; break;
 		case 'q': queue = atoi(optarg); break;
 		case 'p': port = atoi(optarg); break;
 		case 'a': area_mib = atol(optarg); break;
+		case 'b':
+			buf_size = parse_size(optarg);
+			if (!buf_size) {
+				fprintf(stderr, "epoll-server: -b %s: bytes, e.g. 32768 or 32k\n", optarg);
+				return 2;
+			}
+			break;
 		case 'n': want = atol(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-n CONNECTIONS]\n"
-				"without -i and -q: a copy-only context (every byte copied, any NIC)\n",
+			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-b BUF_SIZE] [-n CONNECTIONS]\n"
+				"without -i and -q: a copy-only context (every byte copied, any NIC)\n"
+				"-b: bytes per buffer (32768, 32k; default a page)\n",
 				argv[0]);
 			return 2;
 		}
@@ -121,11 +149,19 @@ int main(int argc, char **argv)
 		die("zcrx_open /dev/zcrx (is the zcrx_rs module loaded?)", -ret);
 	if (ret)
 		die("zcrx_open /dev/zcrx", -ret);
-	ret = zcrx_register_area(z, (size_t)area_mib << 20);
+	ret = zcrx_register_area_buf(z, (size_t)area_mib << 20, buf_size);
+	if (ret == -EINVAL && buf_size)
+		die("zcrx_register_area_buf (-b: a power of two from the page size to 2M, "
+		    "the area a multiple of it; module without large buffers?)", -ret);
 	if (ret)
-		die("zcrx_register_area", -ret);
+		die("zcrx_register_area_buf", -ret);
 	if (ifname) {
 		ret = zcrx_bind(z, ifname, queue, 0);
+		if (ret == -ERANGE && zcrx_buf_size(z) > (uint32_t)sysconf(_SC_PAGESIZE)) {
+			fprintf(stderr, "epoll-server: buffers of %u bytes need physically contiguous "
+				"memory: reserve huge pages (echo N > /proc/sys/vm/nr_hugepages), "
+				"or check that queue %d exists\n", zcrx_buf_size(z), queue);
+		}
 		if (ret)
 			die("zcrx_bind", -ret);
 	} else {
@@ -139,9 +175,11 @@ int main(int argc, char **argv)
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	if (ifname)
-		printf("listening on port %d, zero-copy from %s queue %d\n", port, ifname, queue);
+		printf("listening on port %d, zero-copy from %s queue %d, %u-byte buffers\n",
+		       port, ifname, queue, zcrx_buf_size(z));
 	else
-		printf("listening on port %d, copy-only (no queue bound)\n", port);
+		printf("listening on port %d, copy-only (no queue bound), %u-byte buffers\n",
+		       port, zcrx_buf_size(z));
 	fflush(stdout);
 
 	while (!want || done < want) {

@@ -20,7 +20,9 @@
 //! binds several rx queues of the device to the one context (flows spread
 //! by RSS all arrive zero-copy). `--no-bind` binds no
 //! queue (a copy-only context: any TCP path, loopback included, every byte
-//! copied; no CAP_NET_ADMIN needed).
+//! copied; no CAP_NET_ADMIN needed). `--buf-size 32k` registers the area as
+//! 32 KiB buffers (hugetlbfs memory when binding a queue: reserve huge pages
+//! in /proc/sys/vm/nr_hugepages).
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
@@ -37,6 +39,8 @@ struct Opts {
     port: u16,
     v6: bool,
     area_mib: usize,
+    /// Bytes per buffer; 0: the page size.
+    buf_size: usize,
     no_bind: bool,
     out: Output,
     keep: bool,
@@ -54,12 +58,14 @@ fn usage() -> ! {
     eprintln!(
         "usage: zcrx-nc (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)\n\
          \x20              --port P [-4|-6]\n\
-         \x20              [--area MIB] [--discard | --check SEED] [-k] [-v] [--json]\n\
+         \x20              [--area MIB] [--buf-size N] [--discard | --check SEED] [-k] [-v] [--json]\n\
          Receives a TCP connection zero-copy; payload to stdout, stats to stderr.\n\
          \x20 --queues A,B  bind several rx queues of IFNAME (one area, one ring)\n\
          \x20 --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)\n\
          \x20 -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])\n\
          \x20 --area MIB    receive memory (default 64)\n\
+         \x20 --buf-size N  bytes per buffer: 4096, 32768, 32k, .. 2M (default a page); larger\n\
+         \x20               than a page needs huge pages to bind a queue (/proc/sys/vm/nr_hugepages)\n\
          \x20 --discard     drop the payload\n\
          \x20 --check SEED  verify it against the zcrx test pattern instead\n\
          \x20 -k            keep listening: one connection after another\n\
@@ -76,6 +82,7 @@ fn parse() -> Opts {
         port: 0,
         v6: true,
         area_mib: 64,
+        buf_size: 0,
         no_bind: false,
         out: Output::Stdout,
         keep: false,
@@ -93,6 +100,7 @@ fn parse() -> Opts {
             }
             "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
             "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
+            "--buf-size" => o.buf_size = parse_size(&val()).unwrap_or_else(|| usage()),
             "--no-bind" => o.no_bind = true,
             "--discard" => o.out = Output::Discard,
             "--check" => o.out = Output::Check(val().parse().unwrap_or_else(|_| usage())),
@@ -112,6 +120,17 @@ fn parse() -> Opts {
     o
 }
 
+/// A byte count: `32768`, or with a binary suffix, `32k`/`32K`, `2m`/`2M`.
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        _ => (s, 0),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(1 << shift).filter(|&v| v > 0)
+}
+
 fn die(what: &str, e: io::Error) -> ! {
     eprintln!("zcrx-nc: {what}: {e}");
     exit(1);
@@ -122,7 +141,7 @@ fn main() {
     // 1. The memory and the queue: bind before the connection exists, so
     //    that its first bytes already land in our buffers.
     let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx (is zcrx_rs loaded?)", e));
-    z.register_area(o.area_mib << 20).unwrap_or_else(|e| die("register area", e));
+    let huge = register(&mut z, &o);
     let bound = if o.no_bind {
         z.bind_nodev(0).unwrap_or_else(|e| die("copy-only context (--no-bind; module too old?)", e));
         "no queue: copy-only".to_string()
@@ -130,6 +149,18 @@ fn main() {
         let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
         let queues = if o.queues.is_empty() { vec![0] } else { o.queues.clone() };
         z.bind(ifindex, queues[0], 0).unwrap_or_else(|e| {
+            let bs = z.buf_size();
+            if e.raw_os_error() == Some(libc::ERANGE) && bs > zcrx::dev::page_size() && !huge {
+                let pages = (o.area_mib << 20).div_ceil(zcrx::dev::huge_page_size());
+                die(
+                    &format!(
+                        "bind {} queue {}: buffers of {bs} bytes need physically contiguous memory: \
+                         reserve huge pages (echo {pages} > /proc/sys/vm/nr_hugepages)",
+                        o.dev, queues[0]
+                    ),
+                    e,
+                )
+            }
             die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, queues[0]), e)
         });
         for &q in &queues[1..] {
@@ -147,7 +178,7 @@ fn main() {
         (Ipv4Addr::UNSPECIFIED, o.port).into()
     };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
-    eprintln!("zcrx-nc: listening on {addr}, {bound}");
+    eprintln!("zcrx-nc: listening on {addr}, {bound}, {}-byte buffers", z.buf_size());
     let pattern = match o.out {
         Output::Check(seed) => Some(Pattern::new(seed)),
         _ => None,
@@ -160,10 +191,30 @@ fn main() {
         let (total, copied) = receive(&mut z, &sock, &o, pattern.as_ref(), &mut recs);
         let secs = t0.elapsed().as_secs_f64();
         let st = z.stats().unwrap_or_else(|e| die("stats", e));
-        report(&o, &peer, total, copied, secs, &before, &st);
+        report(&o, &peer, total, copied, secs, &before, &st, z.buf_size());
         if !o.keep {
             break;
         }
+    }
+}
+
+/// Registers the area of `--area` MiB in buffers of `--buf-size`; returns
+/// whether it is hugetlbfs memory. Buffers larger than a page get huge
+/// pages when a queue is to be bound (a NIC writes only physically
+/// contiguous buffers), plain memory when none are reserved (binding then
+/// fails with ERANGE: `main` says what to do) or for `--no-bind`.
+fn register(z: &mut Zcrx, o: &Opts) -> bool {
+    let len = o.area_mib << 20;
+    let huge = o.buf_size > zcrx::dev::page_size() && !o.no_bind;
+    let what = "register area (--buf-size: a power of two from the page size to 2M, --area a multiple of it)";
+    match z.register_area_with(len, o.buf_size, huge) {
+        Ok(()) => huge,
+        Err(_) if huge => {
+            z.register_area_with(len, o.buf_size, false).unwrap_or_else(|e| die(what, e));
+            false
+        }
+        Err(e) if o.buf_size != 0 => die(what, e),
+        Err(e) => die("register area", e),
     }
 }
 
@@ -217,8 +268,19 @@ fn progress(total: u64, copied: u64, secs: f64) {
 }
 
 /// The statistics of one connection: its own byte counts, and the context's
-/// counters over its lifetime (the difference of two STATS).
-fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &zcrx_rs_stats, b: &zcrx_rs_stats) {
+/// counters over its lifetime (the difference of two STATS); `buf_size`:
+/// the area's.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    o: &Opts,
+    peer: &SocketAddr,
+    total: u64,
+    copied: u64,
+    secs: f64,
+    a: &zcrx_rs_stats,
+    b: &zcrx_rs_stats,
+    buf_size: usize,
+) {
     let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
     let (copy_records, refill_ok, refill_bad, alloc_fail) = (
         b.copy_records - a.copy_records,
@@ -230,7 +292,8 @@ fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &z
         eprintln!(
             "{{\"peer\":\"{peer}\",\"bytes\":{total},\"seconds\":{secs:.6},\"gbit_per_s\":{gbits:.3},\
              \"zero_copy_bytes\":{},\"copied_bytes\":{copied},\"copy_records\":{copy_records},\
-             \"refill_ok\":{refill_ok},\"refill_bad\":{refill_bad},\"alloc_fail\":{alloc_fail}}}",
+             \"refill_ok\":{refill_ok},\"refill_bad\":{refill_bad},\"alloc_fail\":{alloc_fail},\
+             \"buf_size\":{buf_size}}}",
             total - copied
         );
     } else {
@@ -239,5 +302,23 @@ fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &z
              bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}",
             total - copied
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_with_and_without_suffix() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("32768"), Some(32768));
+        assert_eq!(parse_size("32k"), Some(32768));
+        assert_eq!(parse_size("32K"), Some(32768));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
+        for bad in ["", "k", "0", "-4096", "32kb", "3.5k", "0x1000", " 4096"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
     }
 }

@@ -43,8 +43,11 @@ use crate::uapi::*;
 pub struct Info {
     /// The module's uAPI version.
     pub api_version: u32,
-    /// The size of one buffer.
+    /// The page size: the default and smallest buffer size of an area.
     pub buf_size: usize,
+    /// The largest buffer size an area may have ([`Context::open_with`]):
+    /// the page size on a module without [`Info::buf_size()`].
+    pub max_buf_size: usize,
     /// Feature bits.
     pub features: u64,
 }
@@ -64,6 +67,38 @@ impl Info {
     pub fn unregister_area(&self) -> bool {
         self.features & u64::from(ZCRX_RS_FEATURE_UNREGISTER_AREA) != 0
     }
+
+    /// Whether an area can have buffers larger than a page
+    /// ([`Context::open_with`], up to [`Info::max_buf_size`]). Not to be
+    /// confused with the field `buf_size`, the page size.
+    pub fn buf_size(&self) -> bool {
+        self.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0
+    }
+
+    /// `INFO`'s answer as an [`Info`].
+    fn from_uapi(i: &zcrx_rs_info) -> Self {
+        let feature = i.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0;
+        let max = if feature && i.max_buf_size != 0 { i.max_buf_size } else { i.page_size };
+        Info {
+            api_version: i.api_version,
+            buf_size: i.page_size as usize,
+            max_buf_size: max as usize,
+            features: i.features,
+        }
+    }
+}
+
+/// The buffer size an area of `buf_size` (0: the page size) gets, if it
+/// is one the uAPI allows: a power of two from `page` to
+/// `ZCRX_RS_BUF_MAX_SIZE` that divides `area_len` (which is not 0).
+fn area_buf_size(area_len: usize, buf_size: usize, page: usize) -> Option<usize> {
+    let bs = if buf_size == 0 { page } else { buf_size };
+    let ok = bs.is_power_of_two()
+        && bs >= page
+        && bs <= ZCRX_RS_BUF_MAX_SIZE as usize
+        && area_len != 0
+        && area_len & (bs - 1) == 0;
+    ok.then_some(bs)
 }
 
 /// The index of interface `ifname`; `ENODEV` (as BIND would say) if there
@@ -80,6 +115,14 @@ struct Shared {
     fd: OwnedFd,
     /// The area: read through records while their owner holds them.
     area: Mapping,
+    /// Its registered length (`area.len` is whole huge pages for a
+    /// hugetlbfs area).
+    area_len: usize,
+    /// Its buffer size: refill entries name whole buffers.
+    buf_size: usize,
+    /// Whether it is hugetlbfs memory (else plain pages: a buffer larger
+    /// than a page is then not physically contiguous).
+    huge: bool,
     /// The refill ring and what waits for room in it. One producer at a
     /// time: the lock.
     refill: Mutex<Refill>,
@@ -124,7 +167,7 @@ impl Shared {
     }
 
     fn check(&self, r: &zcrx_rs_rec) -> bool {
-        r.off.checked_add(r.len as u64).is_some_and(|end| end <= self.area.len as u64)
+        r.off.checked_add(r.len as u64).is_some_and(|end| end <= self.area_len as u64)
     }
 }
 
@@ -140,13 +183,37 @@ pub struct Context {
 
 impl Context {
     /// Opens `/dev/zcrx` and registers `area_len` bytes of fresh anonymous
-    /// memory (a multiple of the buffer size) as the area.
+    /// memory (a multiple of the page size) as the area, one buffer per
+    /// page.
     pub fn open(area_len: usize) -> Result<Self> {
         Self::open_at(Path::new("/dev/zcrx"), area_len)
     }
 
     /// [`Context::open`] with the device at `path`.
     pub fn open_at(path: &Path, area_len: usize) -> Result<Self> {
+        Self::open_at_with(path, area_len, 0)
+    }
+
+    /// [`Context::open`] with buffers of `buf_size` bytes: a power of two
+    /// from the page size to [`Info::max_buf_size`] (2 MiB), 0 for the page
+    /// size; `area_len` a multiple of it (else
+    /// [`ErrorKind::InvalidArgument`]). Records never cross a buffer and
+    /// refill entries name whole buffers: fewer of both per byte.
+    ///
+    /// A NIC writes a buffer larger than a page only if it is physically
+    /// contiguous, so such an area is hugetlbfs memory (`MAP_HUGETLB`,
+    /// rounded up to whole huge pages). With no huge pages reserved
+    /// (`/proc/sys/vm/nr_hugepages`) it is plain anonymous memory instead:
+    /// [`Context::bind_nodev`] takes it, [`Context::bind`] fails with
+    /// [`ErrorKind::MemoryNotContiguous`] (`ERANGE`); see
+    /// [`Context::huge_pages`]. Needs the module's [`Info::buf_size()`]
+    /// (`EINVAL` otherwise).
+    pub fn open_with(area_len: usize, buf_size: usize) -> Result<Self> {
+        Self::open_at_with(Path::new("/dev/zcrx"), area_len, buf_size)
+    }
+
+    /// [`Context::open_with`] with the device at `path`.
+    pub fn open_at_with(path: &Path, area_len: usize, buf_size: usize) -> Result<Self> {
         let fd = open(path, libc::O_RDWR).map_err(|e| Error::new(Op::Open, e))?;
         let mut i = zcrx_rs_info::default();
         ioctl(&fd, IOC_INFO as _, &mut i as *mut _ as usize).map_err(|e| Error::new(Op::Info, e))?;
@@ -157,18 +224,36 @@ impl Context {
                 std::io::Error::from_raw_os_error(libc::EPROTO),
             ));
         }
-        let area = Mapping::anon(area_len).map_err(|e| Error::new(Op::RegisterArea, e))?;
-        let mut r = zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, ..Default::default() };
+        let page = i.page_size as usize;
+        let Some(bs) = area_buf_size(area_len, buf_size, page) else {
+            return Err(Error::with_kind(
+                Op::RegisterArea,
+                ErrorKind::InvalidArgument,
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        };
+        // Larger buffers: hugetlbfs, else plain memory (copy-only, or BIND
+        // says ERANGE).
+        let huge = if bs > page { Mapping::huge(area_len).ok() } else { None };
+        let is_huge = huge.is_some();
+        let area = match huge {
+            Some(m) => m,
+            None => Mapping::anon(area_len).map_err(|e| Error::new(Op::RegisterArea, e))?,
+        };
+        // A page is 0 to the module: what modules before large buffers take.
+        let wire = if bs == page { 0 } else { bs as u32 };
+        let mut r =
+            zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, buf_size: wire, ..Default::default() };
         ioctl(&fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::RegisterArea, e))?;
         let refill = Mutex::new(Refill { ring: None, orphans: Vec::new() });
-        Ok(Context { shared: Arc::new(Shared { fd, area, refill }) })
+        Ok(Context { shared: Arc::new(Shared { fd, area, area_len, buf_size: bs, huge: is_huge, refill }) })
     }
 
     /// What the module supports.
     pub fn info(&self) -> Result<Info> {
         let mut i = zcrx_rs_info::default();
         ioctl(&self.shared.fd, IOC_INFO as _, &mut i as *mut _ as usize).map_err(|e| Error::new(Op::Info, e))?;
-        Ok(Info { api_version: i.api_version, buf_size: i.page_size as usize, features: i.features })
+        Ok(Info::from_uapi(&i))
     }
 
     /// The context's counters.
@@ -221,7 +306,7 @@ impl Context {
     }
 
     fn bind_with(&self, ifindex: u32, rxq: u32, rq_entries: u32, flags: u32) -> Result<()> {
-        let bufs = self.shared.area.len / page_size();
+        let bufs = self.shared.area_len / self.shared.buf_size;
         let entries = if rq_entries != 0 { rq_entries } else { (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES) };
         if entries > ZCRX_RS_RQ_MAX_ENTRIES {
             return Err(Error::with_kind(
@@ -235,7 +320,7 @@ impl Context {
         // wait for the bind; binding is rare.)
         let mut f = self.shared.refill();
         let mut b = zcrx_rs_bind { ifindex, rxq, rq_entries: entries, flags, ..Default::default() };
-        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map_err(|e| Error::new(Op::Bind, e))?;
+        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map_err(|e| self.bind_error(e))?;
         // The module reads the old ring no more: it took what the ring held.
         let mut due = std::mem::take(&mut f.orphans);
         if let Some(old) = f.ring.take() {
@@ -243,7 +328,7 @@ impl Context {
         }
         match Mapping::shared(self.shared.fd.as_raw_fd(), b.mmap_len as usize) {
             Ok(map) => {
-                let mut ring = Ring::new(map, &b, due, page_size());
+                let mut ring = Ring::new(map, &b, due, self.shared.buf_size);
                 ring.flush_backlog();
                 f.ring = Some(ring);
                 Ok(())
@@ -254,6 +339,16 @@ impl Context {
                 Err(Error::with_kind(Op::Bind, ErrorKind::Other, e))
             }
         }
+    }
+
+    /// BIND's error `e`, typed: `ERANGE` for an area of buffers larger than
+    /// a page that is not hugetlbfs memory means those buffers are not
+    /// physically contiguous (rather than no such queue).
+    fn bind_error(&self, e: std::io::Error) -> Error {
+        if e.raw_os_error() == Some(libc::ERANGE) && self.shared.buf_size > page_size() && !self.shared.huge {
+            return Error::with_kind(Op::Bind, ErrorKind::MemoryNotContiguous, e);
+        }
+        Error::new(Op::Bind, e)
     }
 
     /// Takes the area off its queue now. Receiving goes on (what is in
@@ -307,7 +402,20 @@ impl Context {
 
     /// The size of the area.
     pub fn area_len(&self) -> usize {
-        self.shared.area.len
+        self.shared.area_len
+    }
+
+    /// The area's buffer size: a record never crosses a buffer, and a
+    /// buffer goes back whole.
+    pub fn buf_size(&self) -> usize {
+        self.shared.buf_size
+    }
+
+    /// Whether the area is hugetlbfs memory. An area of buffers larger
+    /// than a page that is not ([`Context::open_with`] found no huge pages
+    /// reserved) serves copy-only contexts only.
+    pub fn huge_pages(&self) -> bool {
+        self.shared.huge
     }
 }
 
@@ -469,6 +577,34 @@ mod tests {
         assert_send_sync::<Context>();
         assert_send_sync::<Batch>();
         assert_send_sync::<Buf>();
+    }
+
+    #[test]
+    fn area_buffer_sizes_the_uapi_allows() {
+        let ps = 4096;
+        assert_eq!(area_buf_size(1 << 20, 0, ps), Some(ps));
+        assert_eq!(area_buf_size(1 << 20, 4096, ps), Some(4096));
+        assert_eq!(area_buf_size(1 << 20, 32768, ps), Some(32768));
+        assert_eq!(area_buf_size(4 << 20, 2 << 20, ps), Some(2 << 20));
+        assert_eq!(area_buf_size(8 << 20, 4 << 20, ps), None, "over ZCRX_RS_BUF_MAX_SIZE");
+        assert_eq!(area_buf_size(1 << 20, 2048, ps), None, "under a page");
+        assert_eq!(area_buf_size(1 << 20, 12288, ps), None, "not a power of two");
+        assert_eq!(area_buf_size(32768 + 4096, 32768, ps), None, "not whole buffers");
+        assert_eq!(area_buf_size(0, 0, ps), None);
+        assert_eq!(area_buf_size(64 << 10, 0, 16384), Some(16384), "16K pages");
+    }
+
+    #[test]
+    fn info_max_buf_size_is_the_page_without_the_feature() {
+        let mut i = zcrx_rs_info { api_version: 1, page_size: 4096, features: 0x7, ..Default::default() };
+        let old = Info::from_uapi(&i);
+        assert!(!old.buf_size() && old.add_queue());
+        assert_eq!((old.buf_size, old.max_buf_size), (4096, 4096));
+        i.features |= u64::from(ZCRX_RS_FEATURE_BUF_SIZE);
+        i.max_buf_size = ZCRX_RS_BUF_MAX_SIZE;
+        let new = Info::from_uapi(&i);
+        assert!(new.buf_size());
+        assert_eq!((new.buf_size, new.max_buf_size), (4096, 2 << 20));
     }
 
     #[test]

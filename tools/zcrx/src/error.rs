@@ -51,6 +51,11 @@ pub enum ErrorKind {
     QueueNotCapable,
     /// The queue has another memory provider, or XDP is attached.
     QueueBusy,
+    /// The area's buffers are larger than a page but not physically
+    /// contiguous, so a NIC cannot write them (`ERANGE` at bind): it is
+    /// not hugetlbfs memory because no huge pages were reserved
+    /// (`/proc/sys/vm/nr_hugepages`). Copy-only contexts take it.
+    MemoryNotContiguous,
     /// This context is bound already, or its area is still mapped for
     /// another device.
     ContextBusy,
@@ -173,6 +178,10 @@ impl fmt::Display for Error {
                 "the queue cannot take a provider (header split off, hds-thresh not 0, or no queue API)"
             }
             ErrorKind::QueueBusy => "the queue has another memory provider or XDP",
+            ErrorKind::MemoryNotContiguous => {
+                "buffers larger than a page need physically contiguous memory: reserve huge pages \
+                 (/proc/sys/vm/nr_hugepages)"
+            }
             ErrorKind::ContextBusy => "the context is bound already",
             ErrorKind::NotBound => "the context is not bound",
             ErrorKind::WouldBlock => "nothing to read now",
@@ -243,5 +252,8 @@ mod tests {
         let msg = err(Op::Bind, libc::EINVAL).to_string();
         assert!(msg.starts_with("zcrx bind: the queue cannot take a provider"), "{msg}");
         assert!(msg.contains("EINVAL"), "{msg}");
+        let e = Error::with_kind(Op::Bind, ErrorKind::MemoryNotContiguous, io::Error::from_raw_os_error(libc::ERANGE));
+        let msg = e.to_string();
+        assert!(msg.contains("huge pages") && msg.contains("ERANGE"), "{msg}");
     }
 }
