@@ -26,6 +26,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("close_mid_stream_holding_buffers", close_mid_stream_holding_buffers),
     ("kill9_receiver_mid_stream", kill9_receiver_mid_stream),
     ("nc_keeps_listening_v6_then_v4", nc_keeps_listening_v6_then_v4),
+    ("nc_large_buffers", nc_large_buffers),
     ("unbind_under_traffic", unbind_under_traffic),
     ("netdev_deleted_while_bound", netdev_deleted_while_bound),
 ];
@@ -376,5 +377,39 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
         diag.push(format!("{}: {} byte-exact, {} zero-copy", if *v6 { "IPv6" } else { "IPv4" }, mib(b), mib(zc)));
     }
     env.diag(&format!("zcrx-nc -k --json: {}", diag.join("; ")));
+    Pass
+}
+
+/// `zcrx-nc --buf-size 32k --json` on a header-split netdevsim queue (huge
+/// pages reserved): an IPv4 stream arrives byte-exact (zcrx-nc checks the
+/// pattern), all zero-copy, and the JSON line says 32768.
+fn nc_large_buffers(env: &Env) -> Outcome {
+    use std::io::Read;
+    tryo!(ensure_loaded(env));
+    // `--area 8`: 8 MiB of huge pages.
+    let _huge = tryo!(crate::bigbuf::HugePages::reserve((8 << 20) / zcrx::dev::huge_page_size() as u64 + 1));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let port = 7108;
+    let mut child = tryo!(spawn_nc_with(&n, port, 12, &["--buf-size", "32k", "--json"]));
+    let bytes = env.bytes(64 << 20);
+    let sent = join(sender(addr_a(false, port), bytes, Arc::new(Pattern::new(12)), 0));
+    let mut err = String::new();
+    let _ = child.stderr.take().expect("piped").read_to_string(&mut err);
+    let status = child.wait();
+    let line = err.lines().find(|l| l.starts_with('{')).unwrap_or_default().to_string();
+    let field = |k: &str| -> Option<u64> {
+        let v = line.split(&format!("\"{k}\":")).nth(1)?;
+        v.split([',', '}']).next()?.parse().ok()
+    };
+    env.diag(&format!("zcrx-nc --buf-size 32k: {line}"));
+    if sent != Ok(bytes) || !status.as_ref().is_ok_and(|s| s.success()) {
+        return Fail(format!("sent {sent:?}, zcrx-nc {status:?}: {err}"));
+    }
+    if field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) || field("buf_size") != Some(32768) {
+        return Fail(format!("expected {bytes} bytes, all zero-copy, buf_size 32768: {line}"));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
