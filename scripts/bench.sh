@@ -10,21 +10,39 @@ usage() {
 	cat <<USAGE
 usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
                        (another mode: zcrx-rs-copy, bound and unbound: RECV's copy fallback)
-                       [--mtu MTU] [--rcvlowat BYTES] [--profile] [--module KO] [--module-b KO]
+                       [--buf-sizes "4096 32768"] [--mtu MTU] [--rcvlowat BYTES]
+                       [--profile] [--module KO] [--module-b KO]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
 receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
 vCPU 0. Modes interleaved, N rounds (default 5) of BYTES (default 1 GiB).
---mtu (default 4168): 4096 bytes of TCP payload per IPv6 segment, one
-buffer each (the io_uring zcrx numbers were taken at a 4K MTU).
+--buf-sizes (default "4096 32768"): the zero-copy modes (iouring-zcrx,
+zcrx-rs, zcrx-rs-copy) run once per buffer size in every round, with a
+64 MiB area each (zcrx-rs: REGISTER_AREA buf_size; io_uring zcrx:
+rx_buf_len); buffers over 4 KiB are hugetlbfs memory, and the guest
+reserves huge pages for two areas (a finished receiver's area stays pinned
+until its page pool lets go). Each buffer size has its MTU, the same for
+both zero-copy modes; copy and trunc run once at every MTU in use, so
+each buffer size's ratios compare flows at one MTU.
+--mtu: by default the buffer size + 72, so that one IPv6 segment (40-byte
+header, 20-byte TCP header, 12 bytes of timestamps) carries exactly one
+buffer of payload: 4168 for 4096 (the io_uring zcrx numbers were taken at
+a 4K MTU), 32840 for 32768. netdevsim has no TSO for IPv6, so every
+segment arrives on its own and takes a buffer of its own: at MTU 4168 a
+32 KiB buffer would hold 4 KiB, an eighth of the memory and of the socket's
+receive-buffer charge doing work. At 32840 each segment fills its 32 KiB
+buffer, as a NIC with LRO/HW-GRO fills one from 1500-byte frames; the
+larger MTU also means an eighth of the packets, which is why copy and
+trunc run at it too. --mtu MTU: every flow at MTU.
 --rcvlowat (default 1 MiB): SO_RCVLOWAT for every mode. A wake-up spins on
 the socket lock while the NAPI thread that woke it still holds it, and TCG
 runs that section slowly: at 1 byte the spin is 40-70% of the receiver's
 time in every mode. Pass 0 to see it.
 Results: \$ZCRX_CACHE/build/fast/bench/results-DATE.jsonl (+ .summary.json).
 Under TCG absolute numbers mean little; compare the ratios of one run.
---profile: afterwards one run of each mode with vCPU 1 sampled by perf
-(cpu-clock); the receiver's symbols next to the results.
+--profile: afterwards one more round (each mode at each buffer size and
+MTU) with vCPU 1 sampled by perf (cpu-clock); the receiver's symbols next
+to the results (profile-MODE[-BUFSIZE]-mtuMTU.txt).
 --module KO: load this zcrx_rs.ko (built for the fast kernel) instead of
 the tree's. --module-b KO: a second build; a mode "zcrx-rs@b" (or
 "zcrx-rs-copy@b") runs with it, taking turns with module A flow by flow in
@@ -32,7 +50,8 @@ the same VM, and the report gives its ratios to the mode without "@b" (a
 change against its parent, side by side).
 USAGE
 }
-module= module_b= profile= rounds=5 rcvlowat=$((1 << 20)) mtu=4168 bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
+module= module_b= profile= rounds=5 rcvlowat=$((1 << 20)) mtu= bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
+buf_sizes="4096 32768"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) rounds=$2; shift ;;
@@ -40,6 +59,7 @@ while [ $# -gt 0 ]; do
 	--modes) modes=$2; shift ;;
 	--rcvlowat) rcvlowat=$2; shift ;;
 	--mtu) mtu=$2; shift ;;
+	--buf-sizes) buf_sizes=$2; shift ;;
 	--profile) profile=1 ;;
 	--module) module=$(realpath "$2"); shift ;;
 	--module-b) module_b=$(realpath "$2"); shift ;;
@@ -53,6 +73,13 @@ module=${module:-$B/zcrx-module/rust/zcrx_rs.ko}
 [ -f "$module" ] || die "no module at $module"
 [ -z "$module_b" ] || [ -f "$module_b" ] || die "no module at $module_b"
 case " $modes " in *@b*) [ -n "$module_b" ] || die "a mode with @b needs --module-b" ;; esac
+for b in $buf_sizes; do
+	case $b in
+	*[!0-9]*|'') die "--buf-sizes: $b is not a byte count" ;;
+	esac
+	[ "$b" -ge 4096 ] && [ $((b & (b - 1))) = 0 ] || die "--buf-sizes: $b is not a power of two from 4096"
+done
+[ -n "$buf_sizes" ] || die "--buf-sizes: no buffer size"
 D=$B/bench
 mkdir -p "$D"
 out=$D/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl
@@ -60,7 +87,8 @@ stage_begin bench
 rc=0
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 3600 --rwdir "$D" -- \
 	env BENCH_OUT="$out" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
-	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
+	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_BUF_SIZES="$buf_sizes" \
+	BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?
 stage_end
 echo

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Runs inside the VM for `make bench`: every mode of zcrx-bench on the same
-# netdevsim queue, interleaved, ROUNDS times; one JSON line per run.
+# netdevsim queue, interleaved, ROUNDS times; one JSON line per run. The
+# zero-copy modes run at every buffer size of BENCH_BUF_SIZES, each at its
+# MTU (BENCH_MTU, or the buffer size + 72: one IPv6 segment with TCP
+# timestamps fills one buffer); copy and trunc run at every MTU in use.
 set -eu
 B=${ZCRX_BUILD:?run through scripts/vm.sh}
 TOP=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,13 +15,59 @@ ROUNDS=${BENCH_ROUNDS:-5}
 BYTES=${BENCH_BYTES:-1073741824}
 MODES=${BENCH_MODES:-"copy trunc iouring-zcrx zcrx-rs"}
 RCVLOWAT=${BENCH_RCVLOWAT:-1048576}
+BUF_SIZES=${BENCH_BUF_SIZES:-"4096 32768"}
+# The area of each zero-copy receiver (zcrx-bench --area), MiB.
+AREA_MIB=${BENCH_AREA_MIB:-64}
 BENCH=$TOP/tools/target/release/zcrx-bench
 
-MTU=${BENCH_MTU:-4168}
+# The MTU of buffer size $1.
+mtu_of() {
+	echo "${BENCH_MTU:-$(($1 + 72))}"
+}
+is_zc() {
+	case ${1%@b} in iouring-zcrx|zcrx-rs|zcrx-rs-copy) return 0 ;; esac
+	return 1
+}
+MTUS=
+for bs in $BUF_SIZES; do
+	case " $MTUS " in *" $(mtu_of "$bs") "*) ;; *) MTUS="$MTUS $(mtu_of "$bs")" ;; esac
+done
+set_mtu() {
+	[ "${CUR_MTU:-}" = "$1" ] && return
+	ip -n nsa link set "$NSIM_A" mtu "$1"
+	ip -n nsb link set "$NSIM_B" mtu "$1"
+	CUR_MTU=$1
+}
+
+# Buffers larger than a page are hugetlbfs memory (a NIC writes a buffer as
+# one DMA range; the test kernel has no THP). Reserve the areas of both
+# zero-copy receivers: an area stays pinned after its receiver exits until
+# the page pool has given back its last buffer, so the next receiver may
+# register while the last one's area is still held.
+HUGE_KB=$(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo)
+AREA_HUGE=$(( (AREA_MIB * 1024 + HUGE_KB - 1) / HUGE_KB ))
+for bs in $BUF_SIZES; do
+	if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then
+		want=$((2 * AREA_HUGE + 1))
+		echo "$want" > /proc/sys/vm/nr_hugepages
+		got=$(cat /proc/sys/vm/nr_hugepages)
+		[ "$got" -ge "$want" ] || { echo "asked for $want huge pages, got $got" >&2; exit 1; }
+		echo "reserved $got huge pages of $HUGE_KB kB for ${AREA_MIB} MiB areas of buffers over a page" >&2
+		break
+	fi
+done
+# Waits (up to 20 s) until an area's worth of huge pages is free again.
+wait_huge_free() {
+	local i
+	for i in $(seq 40); do
+		[ "$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)" -ge "$AREA_HUGE" ] && return 0
+		[ $((i % 4)) = 0 ] && kick_softirqs
+		sleep 0.5
+	done
+	echo "huge pages still held after 20 s: $(grep HugePages_ /proc/meminfo | tr '\n' ' ')" >&2
+}
 
 nsim_up 1
-ip -n nsa link set "$NSIM_A" mtu "$MTU"
-ip -n nsb link set "$NSIM_B" mtu "$MTU"
 hds_set nsa "$NSIM_A" on
 # Both devices poll in NAPI threads, and those threads run on CPU 0 only,
 # with the sender; the receiver has CPU 1 to itself. Without threads the
@@ -53,34 +102,63 @@ pin_napi_threads() {
 		taskset -pc 0 "$p" > /dev/null || return 1
 	done
 }
-# One flow in mode $1: the receiver's JSON line lands in /tmp/bench-run.json.
-# Any further arguments wrap the sender's command (see perf_sender).
+# One flow in mode $1 with buffers of $2 bytes (0: a mode without an
+# area): the receiver's JSON line lands in /tmp/bench-run.json. Any further
+# arguments wrap the sender's command (see perf_sender).
 one_run() {
-	local m=$1 rx
-	shift
+	local m=$1 bs=$2 rx buf=()
+	shift 2
 	port=$((port + 1))
-	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 \
+	if [ "$bs" != 0 ]; then
+		buf=(--buf-size "$bs" --area "$AREA_MIB")
+		if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then wait_huge_free; fi
+	fi
+	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 "${buf[@]}" \
 		--cpu 1 --rcvlowat "$RCVLOWAT" --json > /tmp/bench-run.json &
 	rx=$!
 	RX_PID=$rx # ip netns exec execs the receiver: same pid
 	pin_napi_threads
 	"$@" ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
+	# The receiver exits 1 on a wrong byte: set -e ends the run here.
 	wait $rx
+	grep -q "\"bytes\":$BYTES," /tmp/bench-run.json || {
+		echo "$m: received $(grep -o '"bytes":[0-9]*' /tmp/bench-run.json) of $BYTES bytes" >&2
+		return 1
+	}
+}
+# Calls "$1 MODE BUF_SIZE" for every flow of a round, in order: per MTU,
+# each mode in the order given, a zero-copy mode once per buffer size of
+# that MTU, copy and trunc once.
+each_flow() {
+	local mtu m bs
+	for mtu in $MTUS; do
+		set_mtu "$mtu"
+		for m in $MODES; do
+			if ! is_zc "$m"; then
+				"$1" "$m" 0
+				continue
+			fi
+			for bs in $BUF_SIZES; do
+				if [ "$(mtu_of "$bs")" = "$mtu" ]; then "$1" "$m" "$bs"; fi
+			done
+		done
+	done
+}
+measure() {
+	local m=$1 bs=$2 base=${1%@b} before after dma fb
+	case $base in
+	zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
+	esac
+	before=$(hds_stats 1 0)
+	one_run "$base" "$bs"
+	after=$(hds_stats 1 0)
+	dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
+	fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
+	sed -e "s/}\$/,\"round\":$r,\"mtu\":$CUR_MTU,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
+		-e "s/\"mode\":\"$base\"/\"mode\":\"$m\"/" /tmp/bench-run.json | tee -a "$OUT"
 }
 for r in $(seq "$ROUNDS"); do
-	for m in $MODES; do
-		base=${m%@b}
-		case $base in
-		zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
-		esac
-		before=$(hds_stats 1 0)
-		one_run "$base"
-		after=$(hds_stats 1 0)
-		dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
-		fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
-		sed -e "s/}\$/,\"round\":$r,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
-			-e "s/\"mode\":\"$base\"/\"mode\":\"$m\"/" /tmp/bench-run.json | tee -a "$OUT"
-	done
+	each_flow measure
 done
 # With --profile: one more run of every mode with the receiver's CPU
 # sampled by perf (cpu-clock: TCG has no PMU); per mode, where the receiver's
@@ -94,9 +172,13 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 		sleep 1
 		perf record -q -C 1 -e cpu-clock -F 4000 -o /tmp/perf.data -- "$@" 2>/dev/null
 	}
-	for m in $MODES; do
-		one_run "$m" perf_sender
-		f=$(dirname "$OUT")/profile-$m.txt
+	profile() {
+		local m=$1 bs=$2 base=${1%@b} f
+		case $base in
+		zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
+		esac
+		one_run "$base" "$bs" perf_sender
+		f=$(dirname "$OUT")/profile-$m$([ "$bs" = 0 ] || echo "-$bs")-mtu$CUR_MTU.txt
 		{
 			cat /tmp/bench-run.json
 			perf report -q -i /tmp/perf.data --stdio --no-children --sort comm -F overhead,sample,comm
@@ -105,7 +187,8 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 				--percentage relative --sort sym --percent-limit 0.8
 		} > "$f" 2>&1 || true
 		echo "profile of $m: $f" >&2
-	done
+	}
+	each_flow profile
 fi
 nsim_down
 wait_module_idle >&2

@@ -4,7 +4,8 @@
 //! zcrx-bench: one TCP flow, received four ways, measured the same way.
 //!
 //!   receiver: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P
-//!                        [--dev IFNAME --queue N] [--cpu C] [-4|-6] [--json]
+//!                        [--dev IFNAME --queue N] [--buf-size N] [--area MIB]
+//!                        [--cpu C] [-4|-6] [--json]
 //!   sender:   zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]
 //!   summary:  zcrx-bench --report RESULTS.jsonl
 //!
@@ -17,7 +18,18 @@
 //! but not used: under TCG the tick lands in idle far more often than its
 //! share (a run with 0.106 s of receiver runtime showed 0.02 s there).
 //! Every mode except `trunc` (which never sees the payload) checks 64 bytes
-//! at every MiB of the stream against the pattern: the same cost for all.
+//! per MiB of the stream against the pattern: the same cost for all. The
+//! samples are 1 MiB + 4160 bytes apart, so over a run they visit every
+//! 64-byte slot of a buffer (4 KiB or larger), not only its first bytes;
+//! a wrong byte ends the receiver with exit code 1.
+//!
+//! `--buf-size N` (the zero-copy modes): the area is registered in buffers
+//! of N bytes (a power of two from the page size; zcrx-rs up to 2 MiB, the
+//! queue's driver decides what it takes: netdevsim 4-64 KiB). Larger than a
+//! page, the area is hugetlbfs memory (a NIC writes a buffer as one DMA
+//! range): reserve huge pages first (`/proc/sys/vm/nr_hugepages`). For
+//! io_uring zcrx it is `rx_buf_len`. The JSON line records `buf_size`
+//! (what the kernel took; 0 for copy and trunc).
 
 mod report;
 mod uring;
@@ -32,7 +44,11 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec, Zcrx};
 
 const SEED: u64 = 0x5eed;
-const CHECK_EVERY: u64 = 1 << 20;
+/// Distance of the sampled checks: 64 bytes per MiB, at an offset that
+/// moves by 4160 (65 x 64) bytes from one sample to the next, so the samples
+/// go through all 64-byte slots of a page and of a 32 KiB buffer instead of
+/// always landing at a buffer's start.
+const CHECK_EVERY: u64 = (1 << 20) + 4160;
 const CHECK_LEN: u64 = 64;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,6 +84,11 @@ impl Mode {
             Mode::ZcrxRsCopy => "zcrx-rs-copy",
         }
     }
+
+    /// Modes with an area, and so a buffer size.
+    fn has_area(self) -> bool {
+        matches!(self, Mode::IouringZcrx | Mode::ZcrxRs | Mode::ZcrxRsCopy)
+    }
 }
 
 struct Opts {
@@ -83,13 +104,20 @@ struct Opts {
     bytes: Option<u64>,
     secs: Option<f64>,
     rcvlowat: u32,
+    /// Bytes per buffer of the area; 0: the page size.
+    buf_size: usize,
+    area_mib: usize,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
+        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N]\n\
+         \x20                 [--buf-size N] [--area MIB] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
          \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]\n\
-         \x20      zcrx-bench --report RESULTS.jsonl"
+         \x20      zcrx-bench --report RESULTS.jsonl\n\
+         \x20 --buf-size N  zero-copy modes: bytes per buffer (4096, 32768, 32k, ..; default a page);\n\
+         \x20               larger than a page: a hugetlbfs area (reserve /proc/sys/vm/nr_hugepages)\n\
+         \x20 --area MIB    zero-copy modes: the area (default 64)"
     );
     exit(2);
 }
@@ -113,6 +141,8 @@ fn parse() -> Opts {
         bytes: None,
         secs: None,
         rcvlowat: 0,
+        buf_size: 0,
+        area_mib: 64,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -129,6 +159,8 @@ fn parse() -> Opts {
             "-6" => o.v6 = true,
             "--json" => o.json = true,
             "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
+            "--buf-size" => o.buf_size = parse_size(&v()).unwrap_or_else(|| usage()),
+            "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
             "--report" => {
@@ -147,7 +179,21 @@ fn parse() -> Opts {
     if o.server == o.host.is_some() {
         usage();
     }
+    if o.buf_size != 0 && o.buf_size != zcrx::dev::page_size() && !o.mode.has_area() {
+        die("--buf-size", format!("mode {} has no buffers of its own", o.mode.name()));
+    }
     o
+}
+
+/// A byte count: `32768`, or with a binary suffix, `32k`/`32K`, `2m`/`2M`.
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        _ => (s, 0),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(1 << shift).filter(|&v| v > 0)
 }
 
 /// CPU time charged to `cpu` in /proc/stat (user+nice+system+irq+softirq),
@@ -193,24 +239,34 @@ fn thread_cpu() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-/// Checks the sampled bytes of `data` (stream offset `off`).
+/// Checks the sampled bytes of the stream: `CHECK_LEN` bytes from every
+/// multiple of `CHECK_EVERY`, also where a sample spans two records.
 struct Sampler {
     pat: Pattern,
+    /// Stream offset of the sample being checked.
+    next: u64,
     checked: u64,
 }
 
 impl Sampler {
+    fn new(seed: u64) -> Self {
+        Sampler { pat: Pattern::new(seed), next: 0, checked: 0 }
+    }
+
+    /// `data`: the stream's bytes from offset `off` (in order, no gaps).
     fn check(&mut self, off: u64, data: &[u8]) {
         let end = off + data.len() as u64;
-        let mut m = off.next_multiple_of(CHECK_EVERY);
-        while m < end {
-            let i = (m - off) as usize;
-            let n = (CHECK_LEN as usize).min(data.len() - i);
-            if let Some(bad) = self.pat.check(m, &data[i..i + n]) {
+        while self.next < end {
+            let (from, to) = (self.next.max(off), (self.next + CHECK_LEN).min(end));
+            let slice = &data[(from - off) as usize..(to - off) as usize];
+            if let Some(bad) = self.pat.check(from, slice) {
                 die("verify", format!("payload mismatch at stream offset {bad}"));
             }
-            self.checked += n as u64;
-            m += CHECK_EVERY;
+            self.checked += to - from;
+            if self.next + CHECK_LEN > end {
+                break; // the rest of this sample is in the next record
+            }
+            self.next += CHECK_EVERY;
         }
     }
 }
@@ -225,24 +281,40 @@ fn server(o: &Opts) {
     zcrx::sys::pin_to_cpu(cpu).unwrap_or_else(|e| die("sched_setaffinity", e));
     let mut zc = None;
     let mut ring = None;
-    let area = 64usize << 20;
-    match o.mode {
-        Mode::ZcrxRs => {
-            let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx", e));
-            z.register_area(area).unwrap_or_else(|e| die("register area", e));
-            z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die("bind", e));
-            zc = Some(z);
+    let area = o.area_mib << 20;
+    let page = zcrx::dev::page_size();
+    let bs = if o.buf_size == 0 { page } else { o.buf_size };
+    // Buffers larger than a page must each be one DMA range: hugetlbfs.
+    let huge = bs > page;
+    let what = |call: &str| {
+        let pages = area.div_ceil(zcrx::dev::huge_page_size());
+        if huge {
+            format!("{call} ({area} bytes in {bs}-byte buffers, hugetlbfs: are {pages} huge pages free in /proc/sys/vm/nr_hugepages?)")
+        } else {
+            format!("{call} ({area} bytes in {bs}-byte buffers)")
         }
-        Mode::ZcrxRsCopy => {
+    };
+    // The size the kernel took (io_uring says it back); 0: no area.
+    let mut buf_size = 0;
+    match o.mode {
+        Mode::ZcrxRs | Mode::ZcrxRsCopy => {
             let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx", e));
-            z.register_area(area).unwrap_or_else(|e| die("register area", e));
-            z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die("bind", e));
-            z.unbind().unwrap_or_else(|e| die("unbind", e));
+            let reg = if bs == page { 0 } else { bs };
+            z.register_area_with(area, reg, huge).unwrap_or_else(|e| die(&what("register area"), e));
+            z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die(&what("bind"), e));
+            if o.mode == Mode::ZcrxRsCopy {
+                z.unbind().unwrap_or_else(|e| die("unbind", e));
+            }
+            buf_size = z.buf_size();
             zc = Some(z);
         }
         Mode::IouringZcrx => {
-            let bufs = (area / zcrx::dev::page_size()) as u32;
-            ring = Some(uring::ZcrxRing::new(ifindex(&o.dev), o.queue, area, bufs).unwrap_or_else(|e| die("io_uring zcrx", e)));
+            let bufs = (area / bs) as u32;
+            let rx_buf_len = if bs == page { 0 } else { bs as u32 };
+            let r = uring::ZcrxRing::new(ifindex(&o.dev), o.queue, area, bufs, rx_buf_len, huge)
+                .unwrap_or_else(|e| die(&what("io_uring zcrx"), e));
+            buf_size = r.buf_size();
+            ring = Some(r);
         }
         _ => {}
     }
@@ -254,7 +326,7 @@ fn server(o: &Opts) {
         zcrx::sys::set_rcvlowat(&l, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
     }
     let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
-    let mut smp = Sampler { pat: Pattern::new(SEED), checked: 0 };
+    let mut smp = Sampler::new(SEED);
     let ((c0, si0), k0, r0, t0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
@@ -366,20 +438,22 @@ fn server(o: &Opts) {
         "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
          \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
          \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\
-         \"verified_bytes\":{},\"rcvlowat\":{}}}",
+         \"verified_bytes\":{},\"rcvlowat\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
         o.mode.name(),
         total as f64 * 8.0 / secs / 1e9,
         cpu_secs / gib.max(1e-12),
         si1 - si0,
         smp.checked,
-        o.rcvlowat
+        o.rcvlowat,
+        if buf_size > 0 { area } else { 0 }
     );
     if o.json {
         println!("{line}");
     } else {
         eprintln!(
-            "zcrx-bench {}: {:.1} MiB in {secs:.2} s = {:.3} Gbit/s; receiver CPU {cpu_secs:.2} s ({:.2} s/GiB: thread {rus:.2} s, ksoftirqd {ksi:.2} s); {} bytes copied; verified {} bytes",
+            "zcrx-bench {}{}: {:.1} MiB in {secs:.2} s = {:.3} Gbit/s; receiver CPU {cpu_secs:.2} s ({:.2} s/GiB: thread {rus:.2} s, ksoftirqd {ksi:.2} s); {} bytes copied; verified {} bytes",
             o.mode.name(),
+            if buf_size > 0 { format!(" ({buf_size}-byte buffers)") } else { String::new() },
             total as f64 / (1 << 20) as f64,
             total as f64 * 8.0 / secs / 1e9,
             cpu_secs / gib.max(1e-12),
@@ -427,5 +501,44 @@ fn main() {
         server(&o)
     } else {
         client(&o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sample is checked whole, also across record boundaries, and
+    /// the samples walk through a 32 KiB buffer's 64-byte slots.
+    #[test]
+    fn samples_span_records_and_walk_buffers() {
+        let pat = Pattern::new(SEED);
+        let len = 8 * CHECK_EVERY + 100;
+        let mut data = vec![0u8; len as usize];
+        pat.fill(0, &mut data);
+        let mut s = Sampler::new(SEED);
+        let mut off = 0usize;
+        // Records of 4096 and 4100 bytes in turn: some samples straddle two.
+        for (i, step) in [4096usize, 4100].iter().cycle().enumerate() {
+            let end = (off + step).min(data.len());
+            s.check(off as u64, &data[off..end]);
+            off = end;
+            if off == data.len() {
+                assert!(i > 0);
+                break;
+            }
+        }
+        assert_eq!(s.checked, 9 * CHECK_LEN);
+        let slots: std::collections::BTreeSet<u64> = (0..512).map(|k| (k * CHECK_EVERY) % 32768 / 64).collect();
+        assert_eq!(slots.len(), 512);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("32k"), Some(32768));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("0"), None);
+        assert_eq!(parse_size("x"), None);
     }
 }

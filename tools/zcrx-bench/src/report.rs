@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 // Copyright (C) 2026 The zcrx-rs developers.
 
-//! `--report`: medians per mode and the ratios the project tracks, from
-//! the JSON lines of the runs (one flat object per run).
+//! `--report`: medians per mode, buffer size and MTU, and the ratios the
+//! project tracks per buffer size, from the JSON lines of the runs (one
+//! flat object per run).
 
 use std::collections::BTreeMap;
 
@@ -40,39 +41,112 @@ fn spread(v: &[f64], prec: usize) -> String {
 
 const MODES: [&str; 5] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs", "zcrx-rs-copy"];
 
+/// Modes with an area of buffers (`M@b`: mode M with a second module).
+fn has_area(mode: &str) -> bool {
+    matches!(mode.trim_end_matches("@b"), "iouring-zcrx" | "zcrx-rs" | "zcrx-rs-copy")
+}
+
+/// `4 KiB`, `32 KiB`, `2 MiB`; `-` for 0 (no buffers of its own).
+fn size_label(b: u64) -> String {
+    match b {
+        0 => "-".into(),
+        b if b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// What a row of the table is: a mode at a buffer size (0 for the modes
+/// without an area) and an MTU (unknown in results from before it was
+/// recorded).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct Key {
+    mode: String,
+    buf: u64,
+    mtu: Option<u64>,
+}
+
+/// Medians of one row.
+struct Row {
+    key: Key,
+    runs: usize,
+    gbps: f64,
+    cpu: f64,
+    zc: f64,
+}
+
+/// The key of one run. Results from before `buf_size` was recorded ran
+/// every zero-copy mode at 4 KiB (a page).
+fn key_of(r: &BTreeMap<String, String>) -> Option<Key> {
+    let mode = r.get("mode")?.clone();
+    let buf = match r.get("buf_size").and_then(|v| v.parse().ok()) {
+        Some(b) => b,
+        None if has_area(&mode) => 4096,
+        None => 0,
+    };
+    let mtu = r.get("mtu").and_then(|v| v.parse().ok());
+    Some(Key { mode, buf, mtu })
+}
+
 /// Prints the table for the runs in `path` and writes `path.summary.json`.
+///
+/// One row per (mode, buffer size, MTU). Rows come in groups, one per
+/// buffer size of the zero-copy modes (a column of the ratio table): the
+/// modes without buffers (copy, trunc) at that group's MTU, then the
+/// zero-copy modes at that buffer size. The ratios compare medians within
+/// a group: zcrx-rs against io_uring zcrx at the same buffer size and MTU,
+/// and against copy and trunc at the same MTU.
 pub fn report(path: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let runs: Vec<_> = text.lines().filter(|l| l.trim_start().starts_with('{')).map(fields).collect();
     let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
-    let mut med: BTreeMap<&str, (f64, f64, f64, usize)> = BTreeMap::new();
-    println!("| mode | runs | throughput (Gbit/s): median (min-max) | receiver CPU per GiB (s): median (min-max) | zero-copy share |");
-    println!("|---|---|---|---|---|");
     // The known modes in their order, then any others (`M@b`: mode M with
     // a second module build) in the order they first ran.
-    let mut modes: Vec<&str> = MODES.to_vec();
+    let mut modes: Vec<String> = MODES.iter().map(|m| m.to_string()).collect();
+    let mut keys: Vec<Key> = Vec::new();
     for r in &runs {
-        if let Some(m) = r.get("mode") {
-            if !modes.contains(&m.as_str()) {
-                modes.push(m.as_str());
-            }
+        let Some(k) = key_of(r) else { continue };
+        if !modes.contains(&k.mode) {
+            modes.push(k.mode.clone());
+        }
+        if !keys.contains(&k) {
+            keys.push(k);
         }
     }
-    for m in modes.iter().copied() {
-        let rs: Vec<_> = runs.iter().filter(|r| r.get("mode").map(String::as_str) == Some(m)).collect();
-        if rs.is_empty() {
-            continue;
-        }
+    let mode_idx = |m: &str| modes.iter().position(|x| x == m).unwrap_or(usize::MAX);
+    // The groups: each buffer size (with its MTU) the zero-copy modes ran at.
+    let mut groups: Vec<(u64, Option<u64>)> =
+        keys.iter().filter(|k| k.buf > 0).map(|k| (k.buf, k.mtu)).collect();
+    groups.sort();
+    groups.dedup();
+    let group_of = |k: &Key| -> (usize, Option<u64>) {
+        let g = if k.buf > 0 {
+            groups.iter().position(|&(b, m)| b == k.buf && m == k.mtu)
+        } else {
+            groups.iter().position(|&(_, m)| m == k.mtu)
+        };
+        // Rows of no group (copy and trunc only) last, by MTU.
+        (g.unwrap_or(groups.len()), if g.is_some() { None } else { k.mtu })
+    };
+    keys.sort_by_key(|k| (group_of(k), k.buf, mode_idx(&k.mode)));
+
+    println!(
+        "| mode | buffer | MTU | runs | throughput (Gbit/s): median (min-max) | receiver CPU per GiB (s): median (min-max) | zero-copy share |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut rows: Vec<Row> = Vec::new();
+    for k in &keys {
+        let rs: Vec<_> = runs.iter().filter(|r| key_of(r).as_ref() == Some(k)).collect();
         let gs: Vec<f64> = rs.iter().filter_map(|r| num(r, "gbps")).collect();
         let cs: Vec<f64> = rs.iter().filter_map(|r| num(r, "cpu_per_gib")).collect();
-        let (g, c) = (median(gs.clone()), median(cs.clone()));
+        let base = k.mode.trim_end_matches("@b");
         // zcrx-rs knows per record what was copied; the io_uring zcrx CQEs
         // do not say, so its share comes from netdevsim's DMA counter.
         let zc = median(
             rs.iter()
                 .filter_map(|r| {
                     let b = num(r, "bytes")?.max(1.0);
-                    match m {
+                    match base {
                         "iouring-zcrx" => Some(num(r, "nsim_dma_bytes")?.min(b) / b),
                         "trunc" => Some(0.0),
                         _ => Some(1.0 - num(r, "copied_bytes")? / b),
@@ -80,44 +154,124 @@ pub fn report(path: &str) -> Result<(), String> {
                 })
                 .collect(),
         );
-        med.insert(m, (g, c, zc, rs.len()));
-        let share = if m == "trunc" { "- (discarded)".into() } else { format!("{:.1}%", zc * 100.0) };
-        println!("| {m} | {} | {} | {} | {share} |", rs.len(), spread(&gs, 3), spread(&cs, 3));
+        let share = if base == "trunc" { "- (discarded)".into() } else { format!("{:.1}%", zc * 100.0) };
+        let mtu = k.mtu.map_or("-".into(), |m| m.to_string());
+        println!(
+            "| {} | {} | {mtu} | {} | {} | {} | {share} |",
+            k.mode,
+            size_label(k.buf),
+            rs.len(),
+            spread(&gs, 3),
+            spread(&cs, 3)
+        );
+        rows.push(Row { key: k.clone(), runs: rs.len(), gbps: median(gs), cpu: median(cs), zc });
     }
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "n/a".into(),
+
+    // A row's medians: (throughput, CPU per GiB).
+    let find = |mode: &str, buf: u64, mtu: Option<u64>| {
+        rows.iter().find(|r| r.key.mode == mode && r.key.buf == buf && r.key.mtu == mtu).map(|r| (r.gbps, r.cpu))
     };
-    let g = |m: &str| med.get(m).map(|x| x.0);
-    let c = |m: &str| med.get(m).map(|x| x.1);
-    let mut lines: Vec<(String, String, &str)> = vec![
-        ("throughput zcrx-rs / iouring-zcrx".into(), ratio(g("zcrx-rs"), g("iouring-zcrx")), ">= 1.0"),
-        ("CPU/GiB zcrx-rs / iouring-zcrx".into(), ratio(c("zcrx-rs"), c("iouring-zcrx")), "<= 1.0"),
-        ("CPU/GiB zcrx-rs / copy".into(), ratio(c("zcrx-rs"), c("copy")), "<= 0.25"),
-        ("CPU/GiB zcrx-rs / trunc".into(), ratio(c("zcrx-rs"), c("trunc")), "<= 1.5"),
-    ];
-    if med.contains_key("zcrx-rs-copy") {
-        lines.push(("CPU/GiB zcrx-rs-copy / copy".into(), ratio(c("zcrx-rs-copy"), c("copy")), "-"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() => Some(a / b),
+        _ => None,
+    };
+    // Per ratio line: its name, the target, and the value in each group
+    // (None: a median is missing; infinity: the line's reference group).
+    type Line = (String, &'static str, Vec<Option<f64>>);
+    let mut lines: Vec<Line> = Vec::new();
+    let mut add = |name: String, target: &'static str, f: &dyn Fn(u64, Option<u64>) -> Option<f64>| {
+        let v: Vec<_> = groups.iter().map(|&(b, m)| f(b, m)).collect();
+        lines.push((name, target, v));
+    };
+    let g = |m: &str, b: u64, mtu: Option<u64>| find(m, b, mtu).map(|x| x.0);
+    let c = |m: &str, b: u64, mtu: Option<u64>| find(m, b, mtu).map(|x| x.1);
+    add("throughput zcrx-rs / iouring-zcrx".into(), ">= 1.0", &|b, m| ratio(g("zcrx-rs", b, m), g("iouring-zcrx", b, m)));
+    add("CPU/GiB zcrx-rs / iouring-zcrx".into(), "<= 1.0", &|b, m| ratio(c("zcrx-rs", b, m), c("iouring-zcrx", b, m)));
+    add("CPU/GiB zcrx-rs / copy".into(), "<= 0.25", &|b, m| ratio(c("zcrx-rs", b, m), c("copy", 0, m)));
+    add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.5", &|b, m| ratio(c("zcrx-rs", b, m), c("trunc", 0, m)));
+    if modes.iter().any(|m| m == "zcrx-rs-copy") && keys.iter().any(|k| k.mode == "zcrx-rs-copy") {
+        add("CPU/GiB zcrx-rs-copy / copy".into(), "-", &|b, m| ratio(c("zcrx-rs-copy", b, m), c("copy", 0, m)));
     }
-    for m in modes.iter().copied().filter(|m| m.ends_with("@b")) {
+    for m in modes.iter().filter(|m| m.ends_with("@b")) {
         let a = m.trim_end_matches("@b");
-        lines.push((format!("throughput {m} / {a}"), ratio(g(m), g(a)), "-"));
-        lines.push((format!("CPU/GiB {m} / {a}"), ratio(c(m), c(a)), "-"));
+        add(format!("throughput {m} / {a}"), "-", &|b, mtu| ratio(g(m, b, mtu), g(a, b, mtu)));
+        add(format!("CPU/GiB {m} / {a}"), "-", &|b, mtu| ratio(c(m, b, mtu), c(a, b, mtu)));
     }
-    println!();
-    println!("| ratio (medians, same run) | value | target |");
-    println!("|---|---|---|");
-    let mut json = String::from("{");
-    for (i, (k, v, t)) in lines.iter().enumerate() {
-        println!("| {k} | {v} | {t} |");
-        json.push_str(&format!("{}\"{k}\":\"{v}\"", if i > 0 { "," } else { "" }));
+    // Against the first group (the smallest buffers): what larger buffers
+    // (and the MTU that goes with them) save each mode; trunc shows the
+    // MTU's part, the stack's cost without buffers.
+    if groups.len() > 1 {
+        let (b0, m0) = groups[0];
+        for m in ["iouring-zcrx", "zcrx-rs"] {
+            add(format!("CPU/GiB {m} / {m} at {}", size_label(b0)), "-", &|b, mtu| {
+                if (b, mtu) == (b0, m0) {
+                    Some(f64::INFINITY) // the reference: "-"
+                } else {
+                    ratio(c(m, b, mtu), c(m, b0, m0))
+                }
+            });
+        }
+        if groups.iter().any(|&(_, m)| m != m0) {
+            add(format!("CPU/GiB trunc / trunc at MTU {}", m0.map_or("-".into(), |m| m.to_string())), "-", &|_, mtu| {
+                if mtu == m0 {
+                    Some(f64::INFINITY)
+                } else {
+                    ratio(c("trunc", 0, mtu), c("trunc", 0, m0))
+                }
+            });
+        }
     }
-    for (m, (g, c, zc, n)) in &med {
+    let col = |&(b, m): &(u64, Option<u64>)| match m {
+        Some(m) => format!("{}, MTU {m}", size_label(b)),
+        None => size_label(b),
+    };
+    let fmt = |v: Option<f64>| match v {
+        Some(v) if v.is_infinite() => "-".into(),
+        Some(v) => format!("{v:.2}"),
+        None => "n/a".into(),
+    };
+    if !groups.is_empty() {
+        println!();
+        println!(
+            "| ratio (medians, same run) | {} | target |",
+            groups.iter().map(col).collect::<Vec<_>>().join(" | ")
+        );
+        println!("|---|{}---|", "---|".repeat(groups.len()));
+        for (name, target, v) in &lines {
+            println!("| {name} | {} | {target} |", v.iter().map(|&x| fmt(x)).collect::<Vec<_>>().join(" | "));
+        }
+    }
+
+    let jnum = |v: f64| if v.is_finite() { format!("{v:.4}") } else { "null".into() };
+    let jopt = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
+    let mut json = String::from("{\"rows\":[");
+    for (i, r) in rows.iter().enumerate() {
         json.push_str(&format!(
-            ",\"{m}\":{{\"runs\":{n},\"gbps_median\":{g:.4},\"cpu_per_gib_median\":{c:.4},\"zc_share\":{zc:.4}}}"
+            "{}{{\"mode\":\"{}\",\"buf_size\":{},\"mtu\":{},\"runs\":{},\"gbps_median\":{},\"cpu_per_gib_median\":{},\"zc_share\":{}}}",
+            if i > 0 { "," } else { "" },
+            r.key.mode,
+            r.key.buf,
+            jopt(r.key.mtu),
+            r.runs,
+            jnum(r.gbps),
+            jnum(r.cpu),
+            jnum(r.zc)
         ));
     }
-    json.push('}');
+    json.push_str("],\"ratios\":[");
+    let mut first = true;
+    for (name, target, v) in &lines {
+        for (&(b, m), x) in groups.iter().zip(v) {
+            json.push_str(&format!(
+                "{}{{\"ratio\":\"{name}\",\"buf_size\":{b},\"mtu\":{},\"value\":{},\"target\":\"{target}\"}}",
+                if first { "" } else { "," },
+                jopt(m),
+                x.filter(|v| v.is_finite()).map_or("null".into(), jnum)
+            ));
+            first = false;
+        }
+    }
+    json.push_str("]}");
     let out = format!("{path}.summary.json");
     std::fs::write(&out, json + "\n").map_err(|e| format!("{out}: {e}"))?;
     println!("\nsummary: {out}");
@@ -139,6 +293,24 @@ mod tests {
     #[test]
     fn spreads() {
         assert_eq!(spread(&[2.0, 1.0, 4.0], 1), "2.0 (1.0-4.0)");
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(size_label(0), "-");
+        assert_eq!(size_label(4096), "4 KiB");
+        assert_eq!(size_label(32768), "32 KiB");
+        assert_eq!(size_label(2 << 20), "2 MiB");
+    }
+
+    #[test]
+    fn old_results_ran_at_a_page() {
+        let k = key_of(&fields("{\"mode\":\"zcrx-rs\",\"gbps\":1.0}")).unwrap();
+        assert_eq!((k.buf, k.mtu), (4096, None));
+        let k = key_of(&fields("{\"mode\":\"copy\",\"mtu\":4168}")).unwrap();
+        assert_eq!((k.buf, k.mtu), (0, Some(4168)));
+        let k = key_of(&fields("{\"mode\":\"iouring-zcrx\",\"buf_size\":32768,\"mtu\":32840}")).unwrap();
+        assert_eq!((k.buf, k.mtu), (32768, Some(32840)));
     }
 
     #[test]

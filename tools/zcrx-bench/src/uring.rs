@@ -32,13 +32,24 @@ struct Map {
 
 impl Map {
     fn new(fd: RawFd, len: usize, off: u64) -> io::Result<Map> {
+        let flags = if fd < 0 { libc::MAP_PRIVATE | libc::MAP_ANONYMOUS } else { libc::MAP_SHARED };
+        Self::with_flags(fd, len, off, flags)
+    }
+
+    /// `len` bytes of hugetlbfs memory (a whole number of huge pages), so
+    /// that buffers larger than a page are physically contiguous.
+    fn huge(len: usize) -> io::Result<Map> {
+        Self::with_flags(-1, len, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB)
+    }
+
+    fn with_flags(fd: RawFd, len: usize, off: u64, flags: libc::c_int) -> io::Result<Map> {
         // SAFETY: mapping io_uring memory (fd >= 0) or anonymous memory (fd < 0).
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                if fd < 0 { libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE } else { libc::MAP_SHARED | libc::MAP_POPULATE },
+                flags | libc::MAP_POPULATE,
                 fd,
                 off as libc::off_t,
             )
@@ -88,6 +99,8 @@ pub struct ZcrxRing {
     rq_tail: u32,
     area_token: u64,
     zcrx_id: u32,
+    /// The buffer size the kernel took (`rx_buf_len` as it answered).
+    buf_size: usize,
 }
 
 /// One completion of the multishot receive.
@@ -105,8 +118,10 @@ pub struct Completion {
 
 impl ZcrxRing {
     /// Sets up the ring and registers `area_len` bytes of area and a refill
-    /// ring of `rq_entries` on queue `rxq` of `ifindex`.
-    pub fn new(ifindex: u32, rxq: u32, area_len: usize, rq_entries: u32) -> io::Result<Self> {
+    /// ring of `rq_entries` on queue `rxq` of `ifindex`. `rx_buf_len`: the
+    /// buffer size (0: a page); larger buffers must each be contiguous
+    /// (else `ERANGE`), so `huge` backs the area with hugetlbfs memory.
+    pub fn new(ifindex: u32, rxq: u32, area_len: usize, rq_entries: u32, rx_buf_len: u32, huge: bool) -> io::Result<Self> {
         // The multishot request ends with -ENOSPC when the CQ ring is full
         // (the kernel's iou-zcrx selftest has 1024 entries); 4096 make that
         // rare, and the loop re-arms when it happens.
@@ -129,7 +144,7 @@ impl ZcrxRing {
         let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * 32;
         let rings = Map::new(fd, sq_len.max(cq_len), IORING_OFF_SQ_RING as u64)?;
         let sqes = Map::new(fd, p.sq_entries as usize * std::mem::size_of::<io_uring_sqe>(), IORING_OFF_SQES as u64)?;
-        let area = Map::new(-1, area_len, 0)?;
+        let area = if huge { Map::huge(area_len)? } else { Map::new(-1, area_len, 0)? };
         // The refill ring in our own memory (a user region).
         let rq_len = (4096 + rq_entries as usize * std::mem::size_of::<io_uring_zcrx_rqe>()).next_multiple_of(4096);
         let rq = Map::new(-1, rq_len, 0)?;
@@ -146,6 +161,7 @@ impl ZcrxRing {
             rq_entries,
             area_ptr: &mut area_reg as *mut _ as u64,
             region_ptr: &mut region as *mut _ as u64,
+            rx_buf_len,
             ..Default::default()
         };
         // SAFETY: registering our structures with our ring.
@@ -172,6 +188,12 @@ impl ZcrxRing {
             rq_tail: 0,
             area_token: area_reg.rq_area_token,
             zcrx_id: reg.zcrx_id,
+            // The kernel writes back the size it took; an older one may not.
+            buf_size: match reg.rx_buf_len {
+                0 if rx_buf_len == 0 => zcrx::dev::page_size(),
+                0 => rx_buf_len as usize,
+                n => n as usize,
+            },
         };
         Ok(ring)
     }
@@ -246,14 +268,21 @@ impl ZcrxRing {
         unsafe { std::slice::from_raw_parts(self.area.ptr.add(c.off as usize), c.len) }
     }
 
-    /// Gives a completion's buffer back through the refill ring.
+    /// The area's buffer size.
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+
+    /// Gives a completion's buffer back through the refill ring (its
+    /// offset rounded down to the buffer's start: the kernel takes
+    /// buffer indices, `off >> log2(rx_buf_len)`).
     pub fn refill(&mut self, c: &Completion) {
         let idx = self.rq_tail & self.rq_mask;
+        let off = c.off & !(self.buf_size as u64 - 1);
         // SAFETY: the entry is ours until the tail moves past it; the ring
         // holds as many entries as the area has buffers.
         unsafe {
-            *self.rqes.add(idx as usize) =
-                io_uring_zcrx_rqe { off: c.off | self.area_token, len: c.len as u32, __pad: 0 };
+            *self.rqes.add(idx as usize) = io_uring_zcrx_rqe { off: off | self.area_token, len: c.len as u32, __pad: 0 };
         }
         self.rq_tail = self.rq_tail.wrapping_add(1);
         atomic(self.rq_tail_ptr).store(self.rq_tail, Ordering::Release);
