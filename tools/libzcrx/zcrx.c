@@ -29,6 +29,15 @@ _Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, 
 _Static_assert(ZCRX_FEATURE_BIND_NODEV == ZCRX_RS_FEATURE_BIND_NODEV, "feature");
 _Static_assert(ZCRX_FEATURE_ADD_QUEUE == ZCRX_RS_FEATURE_ADD_QUEUE, "feature");
 _Static_assert(ZCRX_FEATURE_BUF_SIZE == ZCRX_RS_FEATURE_BUF_SIZE, "feature");
+_Static_assert(ZCRX_FEATURE_EVENTS == ZCRX_RS_FEATURE_EVENTS, "feature");
+_Static_assert(ZCRX_EVENT_ALLOC_FAIL == ZCRX_RS_EVENT_ALLOC_FAIL, "event");
+_Static_assert(ZCRX_EVENT_COPY == ZCRX_RS_EVENT_COPY, "event");
+/* zcrx_ring_stats() copies word by word; the layouts match all the same. */
+_Static_assert(sizeof(struct zcrx_ring_stats) == sizeof(struct zcrx_rs_ring_stats), "ring stats size");
+_Static_assert(offsetof(struct zcrx_ring_stats, alloc_fail) ==
+	       offsetof(struct zcrx_rs_ring_stats, alloc_fail), "ring stats alloc_fail");
+_Static_assert(offsetof(struct zcrx_ring_stats, events) ==
+	       offsetof(struct zcrx_rs_ring_stats, events), "ring stats events");
 
 struct zcrx {
 	int fd;
@@ -45,6 +54,8 @@ struct zcrx {
 	_Atomic uint32_t *head;	/* kernel's */
 	_Atomic uint32_t *tail;	/* ours */
 	struct zcrx_rs_rqe *rqes;
+	/* the module's counters in the ring mapping (NULL: it keeps none) */
+	const _Atomic uint64_t *stats;
 	uint32_t entries;
 	uint32_t tail_local;
 	/* entries waiting for ring space, oldest first: [wait_start, wait_end) */
@@ -95,6 +106,7 @@ static void unmap_ring(struct zcrx *z)
 		munmap(z->ring, z->ring_len);
 	z->ring = NULL;
 	z->ring_len = 0;
+	z->stats = NULL;
 }
 
 EXPORT void zcrx_close(struct zcrx *z)
@@ -324,6 +336,10 @@ static int bind_flags(struct zcrx *z, unsigned int ifindex, unsigned int rxq,
 	z->head = (_Atomic uint32_t *)(z->ring + b.offsets.head);
 	z->tail = (_Atomic uint32_t *)(z->ring + b.offsets.tail);
 	z->rqes = (struct zcrx_rs_rqe *)(z->ring + b.offsets.rqes);
+	/* 0: a module without counters in the ring */
+	if (b.offsets.stats && !(b.offsets.stats % sizeof(uint64_t)) &&
+	    b.offsets.stats + sizeof(struct zcrx_rs_ring_stats) <= b.mmap_len)
+		z->stats = (const _Atomic uint64_t *)(z->ring + b.offsets.stats);
 	z->entries = b.rq_entries;
 	z->tail_local = atomic_load_explicit(z->tail, memory_order_relaxed);
 	flush_wait(z);
@@ -480,4 +496,39 @@ EXPORT int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int
 EXPORT unsigned int zcrx_return_pending(const struct zcrx *z)
 {
 	return z->wait_end - z->wait_start;
+}
+
+EXPORT int zcrx_events(struct zcrx *z, uint32_t arm, uint32_t *fired, uint32_t *armed)
+{
+	struct zcrx_rs_events e = { .arm = arm };
+	int ret = xioctl(z->fd, ZCRX_RS_IOC_EVENTS, &e);
+
+	if (ret)
+		return ret;
+	if (fired)
+		*fired = e.fired;
+	if (armed)
+		*armed = e.armed;
+	return 0;
+}
+
+EXPORT int zcrx_ring_stats(const struct zcrx *z, struct zcrx_ring_stats *out)
+{
+	const _Atomic uint64_t *w = z->stats;
+
+	if (!z->ring)
+		return -EINVAL;
+	if (!w)
+		return -EOPNOTSUPP;
+	memset(out, 0, sizeof(*out));
+	/* Each word is stored whole by the kernel: one relaxed load each. */
+#define WORD(f) atomic_load_explicit(&w[offsetof(struct zcrx_rs_ring_stats, f) / sizeof(uint64_t)], \
+				     memory_order_relaxed)
+	out->zc_bytes = WORD(zc_bytes);
+	out->copy_bytes = WORD(copy_bytes);
+	out->copy_records = WORD(copy_records);
+	out->alloc_fail = WORD(alloc_fail);
+	out->events = WORD(events);
+#undef WORD
+	return 0;
 }

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define ZCRX_LIB_VERSION_MAJOR	1
-#define ZCRX_LIB_VERSION_MINOR	2
+#define ZCRX_LIB_VERSION_MINOR	3
 
 /* One receive record: the next @len bytes of the stream are at @off. */
 struct zcrx_rec {
@@ -64,6 +64,30 @@ struct zcrx_stats {
 #define ZCRX_FEATURE_BIND_NODEV		(1ULL << 1)	/* zcrx_bind_nodev() */
 #define ZCRX_FEATURE_ADD_QUEUE		(1ULL << 2)	/* zcrx_add_queue() */
 #define ZCRX_FEATURE_BUF_SIZE		(1ULL << 3)	/* zcrx_register_area_buf() */
+#define ZCRX_FEATURE_EVENTS		(1ULL << 4)	/* zcrx_events(), EPOLLPRI on
+							 * zcrx_fd(), zcrx_ring_stats();
+							 * since 1.3 */
+
+/* Events (zcrx_events()); since 1.3. An armed event fires once, then it is
+ * disarmed: arm it again to hear of the next one. */
+#define ZCRX_EVENT_ALLOC_FAIL	(1U << 0)	/* a page pool of the context found
+						 * no buffer: the refill ring ran
+						 * dry, the NIC drops until
+						 * buffers come back */
+#define ZCRX_EVENT_COPY		(1U << 1)	/* zcrx_recv() copied data (not
+						 * placed by the NIC) */
+
+/* Counters of the current binding that the module keeps in the refill
+ * ring's mapping (zcrx_ring_stats(): no system call). Each only grows; a
+ * new binding starts from zero. Since 1.3. */
+struct zcrx_ring_stats {
+	uint64_t zc_bytes;	/* handed over zero-copy */
+	uint64_t copy_bytes;	/* copied into area buffers */
+	uint64_t copy_records;
+	uint64_t alloc_fail;	/* the queue asked for a buffer, none was free */
+	uint64_t events;	/* armed events that fired */
+	uint64_t __resv[3];	/* zero; later counters go here */
+};
 
 /* What the loaded module supports (zcrx_info()). */
 struct zcrx_info {
@@ -87,7 +111,9 @@ int zcrx_open(struct zcrx **out, const char *path);
  * become invalid. */
 void zcrx_close(struct zcrx *z);
 
-/* The context's file descriptor (for poll on future events, or passing). */
+/* The context's file descriptor: poll/epoll it for EPOLLPRI (POLLPRI;
+ * select(): exceptfds), reported while an event armed with zcrx_events()
+ * has fired and waits to be collected; or pass it (SCM_RIGHTS). */
 int zcrx_fd(const struct zcrx *z);
 
 int zcrx_info(struct zcrx *z, struct zcrx_info *info);
@@ -178,6 +204,21 @@ int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int n);
 
 /* Refill entries waiting for ring space. */
 unsigned int zcrx_return_pending(const struct zcrx *z);
+
+/* Arms the events @arm (ZCRX_EVENT_*; 0 arms nothing) and collects those
+ * that fired since the last call: *@fired gets them (they are cleared),
+ * *@armed what is armed now (either pointer may be NULL). An armed event
+ * fires once and is disarmed; while a fired one waits to be collected,
+ * poll/epoll on zcrx_fd() report EPOLLPRI. Events stay armed across
+ * zcrx_unbind() and a new bind. -EINVAL for unknown events, -ENOTTY if the
+ * module lacks ZCRX_FEATURE_EVENTS. Since 1.3. */
+int zcrx_events(struct zcrx *z, uint32_t arm, uint32_t *fired, uint32_t *armed);
+
+/* Reads the counters the module keeps in the refill ring's mapping (no
+ * system call): those of the latest binding's ring (a new bind starts a new
+ * ring, from zero). -EINVAL if the context was never bound (no ring mapped),
+ * -EOPNOTSUPP if the module keeps none (no ZCRX_FEATURE_EVENTS). Since 1.3. */
+int zcrx_ring_stats(const struct zcrx *z, struct zcrx_ring_stats *out);
 
 #ifdef __cplusplus
 }

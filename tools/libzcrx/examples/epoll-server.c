@@ -15,6 +15,14 @@
  * came zero-copy and how many were copied, and an FNV-1a 64-bit hash of
  * the payload (so a test can check it byte for byte). With -n it exits
  * after that many connections, printing the totals.
+ *
+ * Events (a module with ZCRX_FEATURE_EVENTS): the context's fd is in the
+ * epoll set too, for EPOLLPRI. It arms ZCRX_EVENT_ALLOC_FAIL, and says on
+ * stderr when the refill ring ran dry (the NIC drops until buffers come
+ * back), at most once a second: it arms the event again a second after it
+ * fired, so a storm of failures costs one wake-up. With a queue bound it
+ * also arms ZCRX_EVENT_COPY once, to say that data arrived by copy (flow
+ * not steered to the queue, or header split off).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -26,10 +34,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <zcrx.h>
 
 #define NR_RECS 256
+#define REARM_MS 1000	/* ZCRX_EVENT_ALLOC_FAIL: at most one line a second */
 
 struct conn {
 	int fd;
@@ -55,6 +65,48 @@ static int listen_on(int port)
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128))
 		die("bind/listen", errno);
 	return fd;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* What the example keeps of the context's events. */
+struct events {
+	int on;			/* the module has them (ZCRX_FEATURE_EVENTS) */
+	int queue;		/* the bound queue (-1: copy-only) */
+	int64_t rearm_at;	/* when to arm ZCRX_EVENT_ALLOC_FAIL again (0: armed) */
+};
+
+/* Arms @arm and says on stderr what fired since the last call. */
+static void on_events(struct zcrx *z, struct events *e, uint32_t arm)
+{
+	struct zcrx_ring_stats rs;
+	uint32_t fired;
+	int ret = zcrx_events(z, arm, &fired, NULL);
+
+	if (ret) {
+		fprintf(stderr, "epoll-server: zcrx_events: %s (no more events)\n", strerror(-ret));
+		e->on = 0;
+		return;
+	}
+	if (fired & ZCRX_EVENT_ALLOC_FAIL) {
+		/* the counters in the ring mapping: no system call */
+		if (zcrx_ring_stats(z, &rs))
+			rs.alloc_fail = 0;
+		fprintf(stderr, "epoll-server: zcrx: the refill ring ran dry (failed allocations "
+			"so far: %" PRIu64 "), the NIC drops until buffers come back: "
+			"returning them sooner or a larger area (-a) helps\n", rs.alloc_fail);
+		/* again in a while: one wake-up per storm */
+		e->rearm_at = now_ms() + REARM_MS;
+	}
+	if (fired & ZCRX_EVENT_COPY)	/* armed once: one line */
+		fprintf(stderr, "epoll-server: zcrx: data was copied, not placed by the NIC: "
+			"steer the flows to queue %d (ethtool -N) with header split on\n", e->queue);
 }
 
 /* "32768", "32k", "2M": bytes; 0 if it is not a number (or too large). */
@@ -115,6 +167,9 @@ int main(int argc, char **argv)
 	long area_mib = 16, want = 0, done = 0;
 	uint32_t buf_size = 0;
 	uint64_t tb = 0, tz = 0, tc = 0;
+	static char ctx_tag;	/* epoll data of the context's fd */
+	struct events evt = { .on = 0 };
+	struct zcrx_info info;
 	struct epoll_event ev;
 	struct zcrx *z;
 
@@ -174,6 +229,20 @@ int main(int argc, char **argv)
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	/* Events: the context's fd says EPOLLPRI when an armed one fired. */
+	evt.queue = queue;
+	if (!zcrx_info(z, &info) && info.features & ZCRX_FEATURE_EVENTS) {
+		ev = (struct epoll_event){ .events = EPOLLPRI, .data.ptr = &ctx_tag };
+		evt.on = !epoll_ctl(ep, EPOLL_CTL_ADD, zcrx_fd(z), &ev);
+		if (!evt.on)
+			fprintf(stderr, "epoll-server: epoll_ctl: the context's fd: %s (no events)\n",
+				strerror(errno));
+		/* copies are the rule without a queue: hear of them when bound */
+		if (evt.on)
+			on_events(z, &evt, ZCRX_EVENT_ALLOC_FAIL | (ifname ? ZCRX_EVENT_COPY : 0));
+		if (!evt.on)
+			epoll_ctl(ep, EPOLL_CTL_DEL, zcrx_fd(z), NULL);
+	}
 	if (ifname)
 		printf("listening on port %d, zero-copy from %s queue %d, %u-byte buffers\n",
 		       port, ifname, queue, zcrx_buf_size(z));
@@ -184,8 +253,17 @@ int main(int argc, char **argv)
 
 	while (!want || done < want) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(ep, evs, 64, -1), i;
+		int64_t wait_ms = evt.on && evt.rearm_at ? evt.rearm_at - now_ms() : -1;
+		int n, i;
 
+		if (evt.on && evt.rearm_at && wait_ms <= 0) {
+			evt.rearm_at = 0;
+			on_events(z, &evt, ZCRX_EVENT_ALLOC_FAIL);
+			if (!evt.on)
+				epoll_ctl(ep, EPOLL_CTL_DEL, zcrx_fd(z), NULL);
+			continue;
+		}
+		n = epoll_wait(ep, evs, 64, (int)wait_ms);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -193,6 +271,12 @@ int main(int argc, char **argv)
 		for (i = 0; i < n; i++) {
 			struct conn *c = evs[i].data.ptr;
 
+			if (evs[i].data.ptr == &ctx_tag) {	/* events fired: collect */
+				on_events(z, &evt, 0);
+				if (!evt.on)
+					epoll_ctl(ep, EPOLL_CTL_DEL, zcrx_fd(z), NULL);
+				continue;
+			}
 			if (!c) {	/* the listener */
 				struct sockaddr_in6 a;
 				socklen_t alen = sizeof(a);

@@ -30,6 +30,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
 
 /// One stream of `bytes` to receiver queue `rxq` from a sender on `cpu`;
 /// returns what the receiver saw and netdevsim's counters before/after.
+#[allow(clippy::too_many_arguments)]
 pub fn one_stream(
     n: &Nsim,
     bytes: u64,

@@ -4,9 +4,14 @@
 //! The blocking API: `recv IFNAME QUEUE PORT` accepts one connection,
 //! receives it zero-copy and prints how many bytes came zero-copy and how
 //! many were copied. Each `Batch` goes back to the refill ring when dropped.
+//! A thread blocks on the context's events and says on stderr when the
+//! refill ring ran dry (at most once a second).
 
 use std::error::Error;
 use std::net::TcpListener;
+use std::time::Duration;
+
+use zcrx::Events;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let a: Vec<String> = std::env::args().collect();
@@ -15,6 +20,18 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let ctx = zcrx::Context::open(16 << 20)?;
     ctx.bind(ifname, queue.parse()?)?;
+    if ctx.info()?.events() {
+        let ctx = ctx.clone(); // the same context: Send + Sync
+        std::thread::spawn(move || {
+            while let Ok(st) = ctx.wait_events(Events::ALLOC_FAIL, None) {
+                if st.fired.contains(Events::ALLOC_FAIL) {
+                    let n = ctx.ring_stats().map_or(0, |s| s.alloc_fail); // no syscall
+                    eprintln!("zcrx: the refill ring ran dry (failed allocations so far: {n})");
+                    std::thread::sleep(Duration::from_secs(1)); // a storm: one line
+                }
+            }
+        });
+    }
     let (sock, peer) = TcpListener::bind(("::", port.parse::<u16>()?))?.accept()?;
     let (mut zc, mut copied) = (0, 0);
     loop {

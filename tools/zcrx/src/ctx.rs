@@ -29,12 +29,15 @@
 //! twice or never: a record is returned exactly when its owner drops.
 //! Returning costs no system call (ring entries in shared memory).
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::dev::{page_size, Mapping, Ring};
 use crate::error::{Error, ErrorKind, Op, Result};
+use crate::events::{ring_stats_from, stats_offset, wait_blocking, Events, EventsState, RingStats};
 use crate::sys::{ioctl, open};
 use crate::uapi::*;
 
@@ -73,6 +76,13 @@ impl Info {
     /// confused with the field `buf_size`, the page size.
     pub fn buf_size(&self) -> bool {
         self.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0
+    }
+
+    /// Whether the module has events ([`Context::arm_events`], `EPOLLPRI`
+    /// on the context's fd) and counters in the ring mapping
+    /// ([`Context::ring_stats`]).
+    pub fn events(&self) -> bool {
+        self.features & u64::from(ZCRX_RS_FEATURE_EVENTS) != 0
     }
 
     /// `INFO`'s answer as an [`Info`].
@@ -132,6 +142,9 @@ struct Shared {
 struct Refill {
     /// The ring of the current binding (its backlog holds what waits).
     ring: Option<Ring>,
+    /// The address of the module's counters in `ring`'s mapping (`None`:
+    /// no ring, or a module without them); valid while `ring` is.
+    stats_at: Option<usize>,
     /// Entries due while no ring is mapped (a failed rebind): they go out
     /// through the next ring.
     orphans: Vec<u64>,
@@ -245,7 +258,7 @@ impl Context {
         let mut r =
             zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, buf_size: wire, ..Default::default() };
         ioctl(&fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::RegisterArea, e))?;
-        let refill = Mutex::new(Refill { ring: None, orphans: Vec::new() });
+        let refill = Mutex::new(Refill { ring: None, stats_at: None, orphans: Vec::new() });
         Ok(Context { shared: Arc::new(Shared { fd, area, area_len, buf_size: bs, huge: is_huge, refill }) })
     }
 
@@ -323,11 +336,14 @@ impl Context {
         ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map_err(|e| self.bind_error(e))?;
         // The module reads the old ring no more: it took what the ring held.
         let mut due = std::mem::take(&mut f.orphans);
+        f.stats_at = None;
         if let Some(old) = f.ring.take() {
             due.extend(old.backlog.iter().copied());
         }
         match Mapping::shared(self.shared.fd.as_raw_fd(), b.mmap_len as usize) {
             Ok(map) => {
+                // `map.len` is `mmap_len`: the counters are inside it.
+                f.stats_at = stats_offset(b.offsets.stats, map.len as u64).map(|off| map.ptr as usize + off);
                 let mut ring = Ring::new(map, &b, due, self.shared.buf_size);
                 ring.flush_backlog();
                 f.ring = Some(ring);
@@ -416,6 +432,69 @@ impl Context {
     /// reserved) serves copy-only contexts only.
     pub fn huge_pages(&self) -> bool {
         self.shared.huge
+    }
+
+    /// Arms `events` (added to those armed; [`Events::empty()`] arms
+    /// nothing) and collects the events that fired since the last call
+    /// (`ZCRX_RS_IOC_EVENTS`). An armed event fires once and is disarmed:
+    /// arm it again to hear of the next one. While a fired event waits to
+    /// be collected, the context's fd ([`AsFd`]) reports `EPOLLPRI`.
+    /// Events belong to the context: they stay armed across
+    /// [`Context::unbind`] and a new bind. Needs the module's
+    /// [`Info::events`] (`ENOTTY` otherwise; `EINVAL` for events it does
+    /// not know). Errors say [`Op::Stats`].
+    pub fn arm_events(&self, events: Events) -> Result<EventsState> {
+        let mut e = zcrx_rs_events { arm: events.bits(), ..Default::default() };
+        ioctl(&self.shared.fd, IOC_EVENTS as _, &mut e as *mut _ as usize).map_err(|e| Error::new(Op::Stats, e))?;
+        Ok(EventsState::from_uapi(&e))
+    }
+
+    /// Collects the events that fired since the last call, arming nothing:
+    /// [`Context::arm_events`] with [`Events::empty()`].
+    pub fn collect_events(&self) -> Result<EventsState> {
+        self.arm_events(Events::empty())
+    }
+
+    /// Arms `arm` as [`Context::arm_events`] does, then blocks this thread
+    /// until an armed event fires (or `timeout` passes: `fired` empty) and
+    /// collects it. Returns at once when an event had fired already.
+    /// [`ErrorKind::InvalidArgument`] if nothing is armed (it would wait
+    /// for ever). For a thread that watches a context while others
+    /// receive; tokio programs use `tokio::EventWatcher` (feature `tokio`).
+    pub fn wait_events(&self, arm: Events, timeout: Option<Duration>) -> Result<EventsState> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let first = self.arm_events(arm)?;
+        wait_blocking(self.shared.fd.as_fd(), first, deadline, || self.collect_events())
+    }
+
+    /// The counters the module keeps in the refill ring's mapping, read
+    /// with no system call: those of the latest binding's ring. `None`
+    /// before a bind, or with a module without them ([`Info::events`]).
+    pub fn ring_stats(&self) -> Option<RingStats> {
+        let f = self.shared.refill();
+        let at = f.stats_at?;
+        // SAFETY: `at` is the counters' address inside the mapping of
+        // `f.ring`, which lives while we hold the lock (it is replaced
+        // only under it, `stats_at` with it); the words are 8-byte aligned
+        // (checked) and the kernel stores each whole, so word-wise atomic
+        // loads see whole values.
+        Some(ring_stats_from(|off| unsafe { (*((at + off) as *const AtomicU64)).load(Ordering::Relaxed) }))
+    }
+}
+
+impl AsFd for Context {
+    /// The context's fd: for `poll`/`epoll` on `EPOLLPRI` (an armed event
+    /// fired: [`Context::arm_events`]), or to pass to another process
+    /// (`SCM_RIGHTS`). Do not close it.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.fd.as_fd()
+    }
+}
+
+impl AsRawFd for Context {
+    /// The raw fd of [`Context::as_fd`].
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.fd.as_raw_fd()
     }
 }
 
@@ -605,6 +684,14 @@ mod tests {
         let new = Info::from_uapi(&i);
         assert!(new.buf_size());
         assert_eq!((new.buf_size, new.max_buf_size), (4096, 2 << 20));
+    }
+
+    #[test]
+    fn info_events_is_the_feature_bit() {
+        let mut i = zcrx_rs_info { api_version: 1, page_size: 4096, features: 0xf, ..Default::default() };
+        assert!(!Info::from_uapi(&i).events());
+        i.features |= u64::from(ZCRX_RS_FEATURE_EVENTS);
+        assert!(Info::from_uapi(&i).events());
     }
 
     #[test]

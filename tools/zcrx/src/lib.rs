@@ -8,6 +8,10 @@
 //!   errors are typed ([`Error`], [`ErrorKind`]). With the `tokio` feature,
 //!   [`tokio::ZcrxStream`] receives on a tokio `TcpStream` without blocking
 //!   a runtime thread.
+//! - [`Events`]: the refill ring ran dry, data was copied — armed with
+//!   [`Context::arm_events`], awaited with [`Context::wait_events`], `epoll`
+//!   on the context's fd, or `tokio::EventWatcher`; [`Context::ring_stats`]
+//!   reads the counters with no system call ([`events`]).
 //! - [`Zcrx`]: the thin wrapper of the uAPI the tests use (raw records,
 //!   explicit refill), and the uAPI itself ([`uapi`]).
 //! - For the tests and tools: a verifiable stream pattern, KTAP reporting,
@@ -19,6 +23,7 @@ pub mod ctx;
 pub mod dev;
 pub mod error;
 pub mod ethtool;
+pub mod events;
 pub mod kmod;
 pub mod ktap;
 pub mod pattern;
@@ -31,4 +36,5 @@ pub mod tokio;
 pub use ctx::{Batch, Buf, Context, Info, Record, Stats};
 pub use dev::{Rec, Received, Zcrx};
 pub use error::{Error, ErrorKind, Op};
+pub use events::{Events, EventsState, RingStats};
 pub use pattern::Pattern;

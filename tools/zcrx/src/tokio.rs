@@ -3,7 +3,9 @@
 
 //! zcrx on tokio (feature `tokio`): [`ZcrxStream`] waits for the socket to
 //! be readable through tokio's reactor (epoll) and receives records with a
-//! non-blocking call, so no runtime thread ever blocks in the kernel.
+//! non-blocking call, so no runtime thread ever blocks in the kernel;
+//! [`EventWatcher`] awaits the context's events (the refill ring ran dry,
+//! data was copied) the same way.
 //!
 //! ```no_run
 //! # async fn serve(ctx: zcrx::Context, listener: tokio::net::TcpListener) -> std::io::Result<()> {
@@ -22,12 +24,15 @@
 //! ```
 
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 
+use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
 use ::tokio::net::TcpStream;
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::{Batch, Context};
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::events::nothing_armed;
+use crate::{Batch, Context, Events, EventsState};
 
 /// A tokio TCP stream received through a zcrx [`Context`]. Writes go
 /// through [`ZcrxStream::get_mut`] (the socket is an ordinary
@@ -88,5 +93,131 @@ impl ZcrxStream {
     /// The socket back.
     pub fn into_inner(self) -> TcpStream {
         self.sock
+    }
+}
+
+/// Awaits a [`Context`]'s events on tokio's reactor: the context's fd,
+/// registered for `EPOLLPRI` ([`Interest::PRIORITY`]), wakes the task when
+/// an armed event fires; no runtime thread blocks.
+///
+/// ```no_run
+/// # async fn watch(ctx: zcrx::Context) -> zcrx::error::Result<()> {
+/// use zcrx::Events;
+/// let w = zcrx::tokio::EventWatcher::new(ctx)?;
+/// loop {
+///     let st = w.wait(Events::ALLOC_FAIL).await?; // arms it, awaits it
+///     if st.fired.contains(Events::ALLOC_FAIL) {
+///         let n = w.context().ring_stats().map_or(0, |s| s.alloc_fail);
+///         eprintln!("the refill ring ran dry (failed allocations so far: {n})");
+///     }
+/// }
+/// # }
+/// ```
+pub struct EventWatcher {
+    ctx: Context,
+    /// A duplicate of the context's fd: each watcher registers its own, so
+    /// that several may watch one context.
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl EventWatcher {
+    /// Watches `ctx`. Call it inside a tokio runtime with I/O enabled
+    /// (tokio panics otherwise). Needs the module's [`crate::Info::events`]:
+    /// [`ErrorKind::Other`] with `EOPNOTSUPP` without it.
+    pub fn new(ctx: Context) -> Result<Self> {
+        if !ctx.info()?.events() {
+            return Err(Error::with_kind(Op::Info, ErrorKind::Other, io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
+        }
+        let fd = ctx.as_fd().try_clone_to_owned().map_err(|e| Error::new(Op::Stats, e))?;
+        // `with_interest` is deprecated from tokio 1.53.3 for the unsafe
+        // `register_with_interest` (I/O safety: the fd must stay open while
+        // registered), which the tokio this crate takes (1.40) lacks. The
+        // `OwnedFd` it owns stays open until the `AsyncFd` drops: sound.
+        #[allow(deprecated)]
+        let fd = AsyncFd::with_interest(fd, Interest::PRIORITY).map_err(|e| Error::new(Op::Stats, e))?;
+        Ok(EventWatcher { ctx, fd })
+    }
+
+    /// Arms `arm` ([`Context::arm_events`]; [`Events::empty()`] arms
+    /// nothing more), then waits until an armed event fires and collects
+    /// it: `fired` holds what fired (never empty), `armed` what is still
+    /// armed. Returns at once when an event had fired already. An event
+    /// fires once: pass it again to the next call to hear of the next one
+    /// (after a pause, to hear of a storm once).
+    /// [`ErrorKind::InvalidArgument`] if nothing is armed (it would wait
+    /// for ever).
+    pub async fn wait(&self, arm: Events) -> Result<EventsState> {
+        let first = self.ctx.arm_events(arm)?;
+        wait_async(&self.fd, first, || self.ctx.collect_events()).await
+    }
+
+    /// The context watched.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+/// Awaits `EPOLLPRI` on `fd` (a context's, registered for
+/// [`Interest::PRIORITY`]) and collects with `collect` until something
+/// fired. `st`: the answer of the arming call, which may have collected
+/// events already.
+async fn wait_async(
+    fd: &AsyncFd<OwnedFd>,
+    mut st: EventsState,
+    mut collect: impl FnMut() -> Result<EventsState>,
+) -> Result<EventsState> {
+    loop {
+        if !st.fired.is_empty() {
+            return Ok(st);
+        }
+        if st.armed.is_empty() {
+            return Err(nothing_armed());
+        }
+        let mut guard = fd.ready(Interest::PRIORITY).await.map_err(|e| Error::new(Op::Stats, e))?;
+        st = collect()?;
+        // Collected (or a stale wake-up): wait for the next edge. An event
+        // firing after the collect is not lost: tokio keeps a readiness
+        // newer than this guard's.
+        guard.clear_ready();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{collect, fire, urgent_pair};
+    use std::time::Duration;
+
+    fn register(s: &std::net::TcpStream) -> AsyncFd<OwnedFd> {
+        #[allow(deprecated)]
+        AsyncFd::with_interest(s.as_fd().try_clone_to_owned().unwrap(), Interest::PRIORITY).unwrap()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn async_wait_wakes_on_priority_readiness() {
+        let (a, b) = urgent_pair();
+        let fd = register(&a);
+        let armed = EventsState { fired: Events::empty(), armed: Events::ALLOC_FAIL };
+        // one fired before the registration's first wait: found
+        fire(&b);
+        let st = ::tokio::time::timeout(Duration::from_secs(30), wait_async(&fd, armed, || collect(&a))).await;
+        assert_eq!(st.expect("woken").unwrap().fired, Events::ALLOC_FAIL);
+        // nothing pending: no wake-up (the readiness was cleared)
+        let idle = ::tokio::time::timeout(Duration::from_millis(100), wait_async(&fd, armed, || collect(&a))).await;
+        assert!(idle.is_err(), "woke with nothing fired: {idle:?}");
+        // fired while waiting, from another thread, three times over
+        for _ in 0..3 {
+            let b2 = b.try_clone().unwrap();
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                fire(&b2);
+            });
+            let st = ::tokio::time::timeout(Duration::from_secs(30), wait_async(&fd, armed, || collect(&a))).await;
+            assert_eq!(st.expect("woken").unwrap().fired, Events::ALLOC_FAIL);
+            t.join().unwrap();
+        }
+        // nothing armed: an error at once
+        let e = wait_async(&fd, EventsState::default(), || panic!("waited")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     }
 }
