@@ -154,6 +154,8 @@ enum Stop {
     Fault,
     /// This call copied its budget (see [`Walker::copy_budget`]).
     CopyBudget,
+    /// Data needs a copy and the area takes none (a dma-buf).
+    NoCopy,
 }
 
 /// What one receive call handed out, added to the binding's stats once at
@@ -343,9 +345,11 @@ impl<S: RecordSink> Walker<'_, S> {
     fn copy(&mut self, skb: &SkBuff, off: usize, n: usize) -> Result<usize> {
         let area = self.zcrx.area();
         if !area.can_copy() {
-            // A dma-buf area: the data stays in the socket (plain recv()
-            // reads it), and the caller learns why.
-            return Err(EOPNOTSUPP);
+            // A dma-buf area: the data stays in the socket; the call ends
+            // with what it has (a wait could never get past this data),
+            // and the next one says why.
+            self.stop = Some(Stop::NoCopy);
+            return Ok(0);
         }
         let mut done = 0;
         while done < n {
@@ -409,8 +413,9 @@ pub(crate) struct Received {
 /// mark passes it: `tcp_read_sock()` steps over the urgent byte, or reads
 /// it with `SO_OOBINLINE`). `ENOBUFS` when data is
 /// there but no buffer is free to copy it into (return buffers through the
-/// refill ring and call again); `ENOTCONN` on a listening or unconnected
-/// socket.
+/// refill ring and call again); `EOPNOTSUPP` when the data needs a copy
+/// and the area takes none (a dma-buf); `ENOTCONN` on a listening or
+/// unconnected socket.
 pub(crate) fn recv<S: RecordSink>(
     zcrx: &Zcrx,
     sock: &TcpSocket,
@@ -473,6 +478,7 @@ pub(crate) fn recv<S: RecordSink>(
             }
             Some(Stop::NoBuffers) => return Err(ENOBUFS),
             Some(Stop::Fault) => return Err(EFAULT),
+            Some(Stop::NoCopy) => return Err(EOPNOTSUPP),
             Some(Stop::RecordsFull) | Some(Stop::CopyBudget) | None => {}
         }
         if eof_or_error(&lock)? {

@@ -405,7 +405,9 @@ impl NetIovArea {
     /// the pool hands them to the NIC (when the device needs syncs).
     pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
         let pool = batch.pool();
-        if batch.area() != self.id || !self.mapped_for(pool) {
+        if batch.area() != self.id || !self.mapped_for(pool) || !self.can_copy() {
+            // A dma-buf's addresses are its exporter's (peer-to-peer bus
+            // addresses, maybe): no cache maintenance on them, as devmem.
             return;
         }
         let off = pool.offset() as usize;
@@ -474,11 +476,9 @@ impl NetIovArea {
         let m = self.mem.map(dev, !(size as u32 - 1))?;
         let mut idx = 0usize;
         m.for_each_segment(|addr, len| {
-            // Segments in page order, each a whole number of buffers: then
-            // every buffer is one range of DMA addresses.
-            if len % size != 0 {
-                return Err(ERANGE);
-            }
+            // Segments in page order, each a whole number of buffers (but
+            // for a dma-buf's beyond the area): then every buffer is one
+            // range of DMA addresses.
             for k in 0..len / size {
                 if idx >= self.len() {
                     // A dma-buf is mapped whole; the area is its start.
@@ -486,6 +486,11 @@ impl NetIovArea {
                 }
                 self.set_dma_addr(idx, addr + (k * size) as u64)?;
                 idx += 1;
+            }
+            // A partial buffer at the segment's end that the area uses
+            // would cross into the next segment.
+            if len % size != 0 && idx < self.len() {
+                return Err(ERANGE);
             }
             Ok(())
         })

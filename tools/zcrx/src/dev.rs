@@ -307,8 +307,16 @@ impl Zcrx {
             ..Default::default()
         };
         ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
+        match Mapping::shared(dmabuf, len) {
+            Ok(m) => self.area = Some(m),
+            Err(e) => {
+                // An exporter without mmap: give the area up again, so the
+                // context is as it was.
+                let _ = ioctl(&self.fd, IOC_UNREGISTER_AREA as _, 0);
+                return Err(e);
+            }
+        }
         self.buf_size = if buf_size == 0 { page_size() } else { buf_size };
-        self.area = Some(Mapping::shared(dmabuf, len)?);
         Ok(())
     }
 

@@ -115,8 +115,10 @@ impl ZcrxStream {
 /// ```
 pub struct EventWatcher {
     ctx: Context,
-    /// A duplicate of the context's fd: each watcher registers its own, so
-    /// that several may watch one context.
+    /// A duplicate of the context's fd: each watcher registers its own
+    /// with the reactor. The fired events are the context's, and the first
+    /// to collect them clears them: have one watcher per context, and
+    /// share what it learns.
     fd: AsyncFd<OwnedFd>,
 }
 

@@ -108,7 +108,7 @@ mod tests {
 
     const FIELDS: &[&str] = &[
         "S(zcrx_rs_info) O(zcrx_rs_info, api_version) O(zcrx_rs_info, page_size) O(zcrx_rs_info, features) O(zcrx_rs_info, contexts) O(zcrx_rs_info, pools) O(zcrx_rs_info, max_buf_size) O(zcrx_rs_info, __resv)",
-        "S(zcrx_rs_area_reg) O(zcrx_rs_area_reg, addr) O(zcrx_rs_area_reg, len) O(zcrx_rs_area_reg, flags) O(zcrx_rs_area_reg, area_id) O(zcrx_rs_area_reg, buf_size) O(zcrx_rs_area_reg, __resv)",
+        "S(zcrx_rs_area_reg) O(zcrx_rs_area_reg, addr) O(zcrx_rs_area_reg, len) O(zcrx_rs_area_reg, flags) O(zcrx_rs_area_reg, area_id) O(zcrx_rs_area_reg, buf_size) O(zcrx_rs_area_reg, dmabuf_fd) O(zcrx_rs_area_reg, __resv)",
         "S(zcrx_rs_ring_offsets) O(zcrx_rs_ring_offsets, head) O(zcrx_rs_ring_offsets, tail) O(zcrx_rs_ring_offsets, rqes) O(zcrx_rs_ring_offsets, stats)",
         "S(zcrx_rs_ring_stats) O(zcrx_rs_ring_stats, zc_bytes) O(zcrx_rs_ring_stats, alloc_fail) O(zcrx_rs_ring_stats, events) O(zcrx_rs_ring_stats, __resv)",
         "S(zcrx_rs_events) O(zcrx_rs_events, arm) O(zcrx_rs_events, fired) O(zcrx_rs_events, armed) O(zcrx_rs_events, __resv)",
@@ -137,7 +137,7 @@ mod tests {
             o!(zcrx_rs_info, max_buf_size), o!(zcrx_rs_info, __resv),
             s!(zcrx_rs_area_reg), o!(zcrx_rs_area_reg, addr), o!(zcrx_rs_area_reg, len),
             o!(zcrx_rs_area_reg, flags), o!(zcrx_rs_area_reg, area_id),
-            o!(zcrx_rs_area_reg, buf_size), o!(zcrx_rs_area_reg, __resv),
+            o!(zcrx_rs_area_reg, buf_size), o!(zcrx_rs_area_reg, dmabuf_fd), o!(zcrx_rs_area_reg, __resv),
             s!(zcrx_rs_ring_offsets), o!(zcrx_rs_ring_offsets, head), o!(zcrx_rs_ring_offsets, tail),
             o!(zcrx_rs_ring_offsets, rqes), o!(zcrx_rs_ring_offsets, stats),
             s!(zcrx_rs_ring_stats), o!(zcrx_rs_ring_stats, zc_bytes), o!(zcrx_rs_ring_stats, alloc_fail),
