@@ -6,7 +6,7 @@
 //! refill entries in whole buffers.
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -320,22 +320,8 @@ fn large_buffers_rules_and_copies(env: &Env) -> Outcome {
         Ok((g, st))
     });
     let _ = ready_rx.recv();
-    let tx = std::thread::spawn(move || -> Result<u64, String> {
-        use std::io::Write;
-        let to: SocketAddr = (Ipv4Addr::LOCALHOST, PORT).into();
-        let mut s = std::net::TcpStream::connect(to).map_err(|e| format!("connect: {e}"))?;
-        let pat = Pattern::new(seed);
-        let mut buf = vec![0u8; 256 << 10];
-        let mut off = 0u64;
-        while off < bytes {
-            let k = ((bytes - off) as usize).min(buf.len());
-            pat.fill(off, &mut buf[..k]);
-            s.write_all(&buf[..k]).map_err(|e| format!("write: {e}"))?;
-            off += k as u64;
-        }
-        Ok(off)
-    });
-    let sent = tx.join().map_err(|_| "sender panicked".to_string()).and_then(|r| r);
+    let tx = net::local_sender((Ipv4Addr::LOCALHOST, PORT).into(), bytes, Arc::new(Pattern::new(seed)));
+    let sent = join(tx);
     let (g, st) = match rx.join().map_err(|_| "receiver panicked".to_string()).and_then(|r| r) {
         Ok(v) => v,
         Err(e) => return Fail(format!("copy-only receiver: {e}; sender: {sent:?}")),

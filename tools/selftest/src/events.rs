@@ -5,7 +5,7 @@
 //! counters in the ring mapping: a program learns that its pool ran dry or
 //! that data was copied without asking `STATS`.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -348,22 +348,8 @@ fn events_copy_wakes_epoll(env: &Env) -> Outcome {
         Ok((got, fired, ring, st))
     });
     let _ = ready_rx.recv();
-    let tx = std::thread::spawn(move || -> Result<u64, String> {
-        use std::io::Write;
-        let to: SocketAddr = (Ipv4Addr::LOCALHOST, PORT).into();
-        let mut s = TcpStream::connect(to).map_err(|e| format!("connect: {e}"))?;
-        let pat = Pattern::new(seed);
-        let mut buf = vec![0u8; 64 << 10];
-        let mut off = 0u64;
-        while off < bytes {
-            let k = ((bytes - off) as usize).min(buf.len());
-            pat.fill(off, &mut buf[..k]);
-            s.write_all(&buf[..k]).map_err(|e| format!("write: {e}"))?;
-            off += k as u64;
-        }
-        Ok(off)
-    });
-    let sent = tx.join().map_err(|_| "sender panicked".to_string()).and_then(|r| r);
+    let tx = crate::net::local_sender((Ipv4Addr::LOCALHOST, PORT).into(), bytes, Arc::new(Pattern::new(seed)));
+    let sent = join(tx);
     let (got, fired, ring, st) = match rx.join().map_err(|_| "receiver panicked".to_string()).and_then(|r| r) {
         Ok(v) => v,
         Err(e) => return Fail(format!("receiver: {e}; sender: {sent:?}")),

@@ -302,16 +302,26 @@ pub fn sender_timeout(
 ) -> JoinHandle<Result<u64, String>> {
     in_netns(NS_B, move || {
         let _ = zcrx::sys::pin_to_cpu(cpu);
-        let mut s = connect(to, timeout)?;
-        let mut off = 0u64;
-        while off < bytes {
-            let n = ((bytes - off) as usize).min(256 << 10);
-            s.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
-            off += n as u64;
-        }
-        drop(s);
-        Ok(off)
+        send_pattern(to, bytes, &pat, timeout)
     })
+}
+
+/// A sender in the caller's own network namespace (loopback tests):
+/// `bytes` of `pat` to `to`, as [`sender`] does.
+pub fn local_sender(to: SocketAddr, bytes: u64, pat: Arc<Pattern>) -> JoinHandle<Result<u64, String>> {
+    std::thread::spawn(move || send_pattern(to, bytes, &pat, Duration::from_secs(60)))
+}
+
+fn send_pattern(to: SocketAddr, bytes: u64, pat: &Pattern, timeout: Duration) -> Result<u64, String> {
+    let mut s = connect(to, timeout)?;
+    let mut off = 0u64;
+    while off < bytes {
+        let n = ((bytes - off) as usize).min(256 << 10);
+        s.write_all(pat.slice(off, n)).map_err(|e| format!("send at {off}: {e}"))?;
+        off += n as u64;
+    }
+    drop(s);
+    Ok(off)
 }
 
 /// Connects to `to`, retrying for 10 s while the receiver sets up; writes

@@ -159,7 +159,7 @@ fn parse() -> Opts {
             "-6" => o.v6 = true,
             "--json" => o.json = true,
             "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
-            "--buf-size" => o.buf_size = parse_size(&v()).unwrap_or_else(|| usage()),
+            "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
             "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
@@ -183,17 +183,6 @@ fn parse() -> Opts {
         die("--buf-size", format!("mode {} has no buffers of its own", o.mode.name()));
     }
     o
-}
-
-/// A byte count: `32768`, or with a binary suffix, `32k`/`32K`, `2m`/`2M`.
-fn parse_size(s: &str) -> Option<usize> {
-    let (digits, shift) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 20),
-        _ => (s, 0),
-    };
-    let n: usize = digits.parse().ok()?;
-    n.checked_mul(1 << shift).filter(|&v| v > 0)
 }
 
 /// CPU time charged to `cpu` in /proc/stat (user+nice+system+irq+softirq),
@@ -531,14 +520,5 @@ mod tests {
         assert_eq!(s.checked, 9 * CHECK_LEN);
         let slots: std::collections::BTreeSet<u64> = (0..512).map(|k| (k * CHECK_EVERY) % 32768 / 64).collect();
         assert_eq!(slots.len(), 512);
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("32k"), Some(32768));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("2M"), Some(2 << 20));
-        assert_eq!(parse_size("0"), None);
-        assert_eq!(parse_size("x"), None);
     }
 }

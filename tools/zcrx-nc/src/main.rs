@@ -100,7 +100,7 @@ fn parse() -> Opts {
             }
             "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
             "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
-            "--buf-size" => o.buf_size = parse_size(&val()).unwrap_or_else(|| usage()),
+            "--buf-size" => o.buf_size = zcrx::sys::parse_size(&val()).unwrap_or_else(|| usage()),
             "--no-bind" => o.no_bind = true,
             "--discard" => o.out = Output::Discard,
             "--check" => o.out = Output::Check(val().parse().unwrap_or_else(|_| usage())),
@@ -118,17 +118,6 @@ fn parse() -> Opts {
         usage();
     }
     o
-}
-
-/// A byte count: `32768`, or with a binary suffix, `32k`/`32K`, `2m`/`2M`.
-fn parse_size(s: &str) -> Option<usize> {
-    let (digits, shift) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 20),
-        _ => (s, 0),
-    };
-    let n: usize = digits.parse().ok()?;
-    n.checked_mul(1 << shift).filter(|&v| v > 0)
 }
 
 fn die(what: &str, e: io::Error) -> ! {
@@ -302,23 +291,5 @@ fn report(
              bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}",
             total - copied
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_with_and_without_suffix() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("32768"), Some(32768));
-        assert_eq!(parse_size("32k"), Some(32768));
-        assert_eq!(parse_size("32K"), Some(32768));
-        assert_eq!(parse_size("2M"), Some(2 << 20));
-        assert_eq!(parse_size("2m"), Some(2 << 20));
-        for bad in ["", "k", "0", "-4096", "32kb", "3.5k", "0x1000", " 4096"] {
-            assert_eq!(parse_size(bad), None, "{bad:?}");
-        }
     }
 }

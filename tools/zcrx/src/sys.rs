@@ -118,9 +118,34 @@ pub fn recv_fd(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(OwnedFd, usiz
     }
 }
 
+/// A byte count on a command line: `32768`, or with a binary suffix,
+/// `32k`/`32K`, `2m`/`2M`; `None` for zero or anything else.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        _ => (s, 0),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(1 << shift).filter(|&v| v > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_with_and_without_suffix() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("32768"), Some(32768));
+        assert_eq!(parse_size("32k"), Some(32768));
+        assert_eq!(parse_size("32K"), Some(32768));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
+        for bad in ["", "k", "0", "-4096", "32kb", "3.5k", "0x1000", " 4096", "x"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn cvt_maps_negative_to_errno() {
