@@ -505,10 +505,31 @@ pub fn with_receiver_rcvbuf<T: Send + 'static>(
     rcvbuf: Option<i32>,
     body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
 ) -> JoinHandle<Result<T, String>> {
+    let setup = move |l: &TcpListener| match rcvbuf {
+        Some(b) => set_rcvbuf(l.as_raw_fd(), b),
+        None => Ok(()),
+    };
+    with_receiver_setup(a_idx, rxq, area_bytes, port, v6, setup, body)
+}
+
+/// [`with_receiver`] that runs `setup` on the listener before anyone can
+/// connect: socket options meant for the accepted connection must be set
+/// there, as a connection the sender completes before `body` runs is
+/// cloned from the listener as it was then (seen: `SO_RCVLOWAT` set in
+/// `body` missing on the accepted socket once in a few hundred runs).
+pub fn with_receiver_setup<T: Send + 'static>(
+    a_idx: u32,
+    rxq: u32,
+    area_bytes: usize,
+    port: u16,
+    v6: bool,
+    setup: impl FnOnce(&TcpListener) -> Result<(), String> + Send + 'static,
+    body: impl FnOnce(&mut Zcrx, TcpListener) -> Result<T, String> + Send + 'static,
+) -> JoinHandle<Result<T, String>> {
     // Returns once the receiver listens (or failed before): what the caller
-    // does next (inject faults, restart the queue) must not race with the
-    // set-up. Seen: 2% of atomic allocations failing made listen() fail
-    // with EADDRINUSE (the port's bind bucket could not be allocated).
+    // does next (inject faults, restart the queue, connect) must not race
+    // with the set-up. Seen: 2% of atomic allocations failing made listen()
+    // fail with EADDRINUSE (the port's bind bucket could not be allocated).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let h = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| format!("open /dev/zcrx: {e}"))?;
@@ -520,9 +541,7 @@ pub fn with_receiver_rcvbuf<T: Send + 'static>(
             (std::net::Ipv4Addr::UNSPECIFIED, port).into()
         };
         let l = TcpListener::bind(any).map_err(|e| format!("listen: {e}"))?;
-        if let Some(b) = rcvbuf {
-            set_rcvbuf(l.as_raw_fd(), b)?;
-        }
+        setup(&l)?;
         // The caller may have stopped waiting only if it panicked.
         let _ = ready_tx.send(());
         body(&mut z, l)

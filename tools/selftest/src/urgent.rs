@@ -23,6 +23,7 @@
 //!   data) — or, with `SO_OOBINLINE`, describes it as data;
 //! - no receiver spins: each one's CPU time is bounded.
 
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -34,7 +35,7 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
-use crate::net::{self, addr_a, join, with_receiver, HdsStats, Nsim};
+use crate::net::{self, addr_a, join, with_receiver_setup, HdsStats, Nsim};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -367,8 +368,8 @@ fn urgent_stream(
     // and urgent mode sends them MSS-sized): the pool cannot run dry, so
     // netdevsim never delivers a packet unsplit, whatever the receiver's pace.
     let area = if steer { 8 << 20 } else { (4 * plan.bytes as usize).max(16 << 20) };
-    let rx = with_receiver(n.a_idx, 0, area, port, true, move |z, l| {
-        set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
+    let setup = move |l: &TcpListener| set_oobinline(l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"));
+    let rx = with_receiver_setup(n.a_idx, 0, area, port, true, setup, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let mut exp = Expect::new(p2, plan2);
         let rx = receive_urgent(z, &s, &mut exp, !oobinline)?;
@@ -513,10 +514,29 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
     let (fd_rx, fd_tx) = (first_done.clone(), first_done.clone());
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ready_rx, ready_tx) = (ready.clone(), ready.clone());
-    let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
-        set_oobinline(&l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
-        zcrx::sys::set_rcvlowat(&l, 1 << 20).map_err(|e| format!("SO_RCVLOWAT: {e}"))?;
+    // On the listener before the sender can connect (the connection is
+    // cloned from it), and checked on the accepted socket.
+    let setup = move |l: &TcpListener| {
+        set_oobinline(l, oobinline).map_err(|e| format!("SO_OOBINLINE: {e}"))?;
+        zcrx::sys::set_rcvlowat(l, 1 << 20).map_err(|e| format!("SO_RCVLOWAT: {e}"))
+    };
+    let rx = with_receiver_setup(n.a_idx, 0, 4 << 20, port, true, setup, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut lowat: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into a live int.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&mut lowat as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 || lowat != 1 << 20 {
+            return Err(format!("SO_RCVLOWAT of the accepted socket: {lowat} (getsockopt {r}), expected 1 MiB"));
+        }
         // A RECV that does not stop at the mark waits for SO_RCVLOWAT
         // bytes that never come: end it (and fail) instead of hanging.
         const RCVTIMEO: Duration = Duration::from_secs(20);

@@ -315,6 +315,11 @@ fn server(o: &Opts) {
         zcrx::sys::set_rcvlowat(&l, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
     }
     let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
+    if o.rcvlowat > 0 {
+        // Again on the connection: one the sender completed between listen()
+        // and the setsockopt above was cloned from the listener without it.
+        zcrx::sys::set_rcvlowat(&s, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
+    }
     let mut smp = Sampler::new(SEED);
     let ((c0, si0), k0, r0, t0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
