@@ -405,9 +405,15 @@ impl NetIovArea {
     /// the pool hands them to the NIC (when the device needs syncs).
     pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
         let pool = batch.pool();
-        if batch.area() != self.id || !self.mapped_for(pool) || !self.can_copy() {
-            // A dma-buf's addresses are its exporter's (peer-to-peer bus
-            // addresses, maybe): no cache maintenance on them, as devmem.
+        if !pool.needs_sync()
+            || batch.area() != self.id
+            || !self.mapped_for(pool)
+            || !self.can_copy()
+        {
+            // Nothing to do for a DMA-coherent device (asked once per
+            // batch, not per buffer). A dma-buf's addresses are its
+            // exporter's (peer-to-peer bus addresses, maybe): no cache
+            // maintenance on them, as devmem.
             return;
         }
         let off = pool.offset() as usize;

@@ -56,6 +56,14 @@ impl PagePool {
         unsafe { core::ptr::addr_of!((*self.0.get()).p.dma_dir).read() }
     }
 
+    /// Whether the pool's device needs cache maintenance for DMA at all
+    /// (not on a DMA-coherent device): when not, a caller may skip looking
+    /// up the DMA addresses of a whole batch.
+    pub(crate) fn needs_sync(&self) -> bool {
+        // SAFETY: the pool's device is live while the pool is.
+        unsafe { bindings::dma_dev_need_sync(self.dev()) }
+    }
+
     /// An identity of the device the pool maps its buffers for, to compare
     /// with [`crate::mm::dma::DmaDevice::id`].
     pub(crate) fn dma_dev_id(&self) -> usize {
@@ -123,6 +131,8 @@ impl PagePool {
     /// `addr..addr + len` lies in one buffer mapped `DMA_FROM_DEVICE` for
     /// this pool's device, and stays mapped during the call.
     pub(super) unsafe fn sync_for_device(&self, addr: u64, len: u32) {
+        // One more check of what `needs_sync` said: cheap, and this stays
+        // right for a caller that did not ask first.
         let dev = self.dev();
         // SAFETY: `dev` is the pool's live DMA device; the caller
         // guarantees the address range.

@@ -17,14 +17,20 @@
 //! drop the pool's count to zero (and recycle the buffer) while an skb
 //! still holds it, on any architecture. A copy buffer's count is set
 //! before `get` in the same way.
+//!
+//! The counts are `core` atomics rather than `kernel::sync::atomic`: with
+//! no C helper inlining in this build, each of the latter is a call into a
+//! C helper, and these are taken and dropped for every buffer received.
+//! The counts are only ever accessed through these atomics (no C code sees
+//! them), and the one ordering that matters, against the page-pool count,
+//! is the release/acquire pair above, which both memory models give.
 
-use kernel::{
-    prelude::*,
-    sync::atomic::{
-        ordering::{Acquire, Relaxed, Release},
-        Atomic,
-    }, //
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering::{Acquire, Relaxed, Release},
 };
+
+use kernel::prelude::*;
 
 /// Per-buffer user reference counts.
 ///
@@ -32,7 +38,7 @@ use kernel::{
 /// the refill path (the NAPI CPU) would both write it for every buffer, a
 /// cache line bouncing between them. [`UserRefs::held`] sums on demand.
 pub(crate) struct UserRefs {
-    refs: KVVec<Atomic<u32>>,
+    refs: KVVec<AtomicU32>,
 }
 
 impl UserRefs {
@@ -40,7 +46,7 @@ impl UserRefs {
     pub(crate) fn new(n: usize) -> Result<Self> {
         let mut refs = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
         for _ in 0..n {
-            refs.push(Atomic::new(0), GFP_KERNEL_ACCOUNT)?;
+            refs.push(AtomicU32::new(0), GFP_KERNEL_ACCOUNT)?;
         }
         Ok(Self { refs })
     }
@@ -60,7 +66,7 @@ impl UserRefs {
             if old == 0 {
                 return false;
             }
-            match r.cmpxchg(old, old - 1, Acquire) {
+            match r.compare_exchange_weak(old, old - 1, Acquire, Relaxed) {
                 Ok(_) => break,
                 Err(cur) => old = cur,
             }
@@ -75,7 +81,7 @@ impl UserRefs {
         if r.load(Relaxed) == 0 {
             return 0;
         }
-        r.xchg(0, Acquire)
+        r.swap(0, Acquire)
     }
 
     /// Current count of buffer `i` (for the KUnit suites).
