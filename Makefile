@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
-	check check-fast demo bench fuzz soak tree-tests clean distclean-kernel
+	check check-fast demo bench bench-wall bench-scale fuzz soak tree-tests clean distclean-kernel
 
 all: module
 
@@ -37,7 +37,10 @@ help:
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
 	@echo "make tools         build the userspace tools (tools/: cargo, libzcrx, C example)"
 	@echo "make install       install libzcrx (library, zcrx.h, zcrx.pc; PREFIX=/usr/local)"
-	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians"
+	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians (repeatable:"
+	@echo "                   instruction-counted clock, one vCPU; BENCH_ARGS=... for more)"
+	@echo "make bench-wall    the same on two vCPUs against the host's clock (scatters +-20%)"
+	@echo "make bench-scale   cost vs write size and flows: tables, JSON and an SVG chart"
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
 	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
 	@echo "make rust-analyzer write rust-project.json for the module"
@@ -99,8 +102,16 @@ check-fast: module iou-zcrx ncdevmem tools
 	@$(TOP)/scripts/check.sh --flavour $(FLAVOUR)
 
 # The benchmark: zcrx-rs vs io_uring zcrx vs recv() vs recv(MSG_TRUNC).
+# The repeatable set-up (instructions counted, one vCPU), the wall-clock
+# one (two vCPUs, the receiver alone on one), and how the cost grows.
 bench: module tools
-	@$(TOP)/scripts/bench.sh
+	@$(TOP)/scripts/bench.sh --icount 0 --cpus 1 $(BENCH_ARGS)
+
+bench-wall: module tools
+	@$(TOP)/scripts/bench.sh $(BENCH_ARGS)
+
+bench-scale: module tools
+	@$(TOP)/scripts/bench.sh --icount 0 --cpus 1 --scale $(BENCH_ARGS)
 
 # The kernel tree's netdevsim selftests, stock netdevsim vs ours; make check
 # runs a short list.

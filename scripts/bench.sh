@@ -11,7 +11,7 @@ usage() {
 usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
                        (another mode: zcrx-rs-copy, bound and unbound: RECV's copy fallback)
                        [--buf-sizes "4096 32768"] [--mtu MTU] [--rcvlowat BYTES]
-                       [--profile] [--module KO] [--module-b KO]
+                       [--profile] [--module KO] [--module-b KO] [--icount [SHIFT]] [--cpus 1|2] [--scale]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
 receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
@@ -40,6 +40,21 @@ runs that section slowly: at 1 byte the spin is 40-70% of the receiver's
 time in every mode. Pass 0 to see it.
 Results: \$ZCRX_CACHE/build/fast/bench/results-DATE.jsonl (+ .summary.json).
 Under TCG absolute numbers mean little; compare the ratios of one run.
+--icount [SHIFT] (default 0): QEMU counts instructions instead of running
+against the host's clock (-icount shift=SHIFT,sleep=off,align=off): guest
+time advances 2^SHIFT ns per instruction executed, both vCPUs run in turn
+on one host thread, and the host's load and speed drop out. Receiver CPU
+per GiB then means instructions per GiB (plus idle-free waits), which
+repeats from run to run; throughput is in guest time. Every result line
+says which clock it ran on ("clock": "wall" or "icount-SHIFT").
+--cpus 1: one vCPU for everything (default 2: the receiver alone on vCPU 1).
+--scale: how the cost grows instead of the main table: the zero-copy modes
+(default iouring-zcrx and zcrx-rs) at the first buffer size, with the
+sender's write size (4 KiB, 64 KiB, 1 MiB; one flow) and with the number of
+flows on the queue (1, 8, 64; 64 KiB writes), each mode receiving all of a
+run's flows in one thread (zcrx-rs: epoll + RECV per ready socket; io_uring
+zcrx: one multishot RECV_ZC per flow). --rounds defaults to 3 here; the
+report adds the tables per series and an SVG chart (.svg next to the results).
 --profile: afterwards one more round (each mode at each buffer size and
 MTU) with vCPU 1 sampled by perf (cpu-clock); the receiver's symbols next
 to the results (profile-MODE[-BUFSIZE]-mtuMTU.txt).
@@ -50,17 +65,23 @@ the same VM, and the report gives its ratios to the mode without "@b" (a
 change against its parent, side by side).
 USAGE
 }
-module= module_b= profile= rounds=5 rcvlowat=$((1 << 20)) mtu= bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
+module= module_b= profile= icount= scale= rounds= cpus=2
+modes_set= rcvlowat=$((1 << 20)) mtu= bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
 buf_sizes="4096 32768"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) rounds=$2; shift ;;
 	--bytes) bytes=$2; shift ;;
-	--modes) modes=$2; shift ;;
+	--modes) modes=$2; modes_set=1; shift ;;
 	--rcvlowat) rcvlowat=$2; shift ;;
 	--mtu) mtu=$2; shift ;;
 	--buf-sizes) buf_sizes=$2; shift ;;
 	--profile) profile=1 ;;
+	--scale) scale=1 ;;
+	--cpus) cpus=$2; shift ;;
+	--icount)
+		icount=0
+		case ${2:-} in [0-9]|10) icount=$2; shift ;; esac ;;
 	--module) module=$(realpath "$2"); shift ;;
 	--module-b) module_b=$(realpath "$2"); shift ;;
 	-h|--help) usage; exit 0 ;;
@@ -68,6 +89,12 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+if [ -n "$scale" ]; then
+	rounds=${rounds:-3}
+	[ -n "$modes_set" ] || modes="iouring-zcrx zcrx-rs"
+	buf_sizes=${buf_sizes%% *}
+fi
+rounds=${rounds:-5}
 B=$(build_dir fast)
 module=${module:-$B/zcrx-module/rust/zcrx_rs.ko}
 [ -f "$module" ] || die "no module at $module"
@@ -82,11 +109,17 @@ done
 [ -n "$buf_sizes" ] || die "--buf-sizes: no buffer size"
 D=$B/bench
 mkdir -p "$D"
-out=$D/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl
+out=$D/${scale:+scale-}results-$(date -u +%Y%m%dT%H%M%SZ).jsonl
 stage_begin bench
 rc=0
-"$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 3600 --rwdir "$D" -- \
-	env BENCH_OUT="$out" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
+vm_opts=() clock=wall
+if [ -n "$icount" ]; then
+	vm_opts=(--qemu-opts "-icount shift=$icount,sleep=off,align=off")
+	clock="icount-$icount"
+fi
+case $cpus in 1|2) ;; *) die "--cpus: 1 or 2" ;; esac
+"$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 7200 --cpus "$cpus" --rwdir "$D" "${vm_opts[@]}" -- \
+	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
 	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_BUF_SIZES="$buf_sizes" \
 	BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?

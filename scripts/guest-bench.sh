@@ -67,6 +67,11 @@ wait_huge_free() {
 	echo "huge pages still held after 20 s: $(grep HugePages_ /proc/meminfo | tr '\n' ' ')" >&2
 }
 
+# The receiver has CPU 1 to itself; on one vCPU (bench.sh --cpus 1)
+# everything shares CPU 0 and the receiver runs only when the sender and
+# the NAPI threads let it (the "same core" case).
+RX_CPU=1
+[ "$(nproc)" -gt 1 ] || RX_CPU=0
 nsim_up 1
 hds_set nsa "$NSIM_A" on
 # Both devices poll in NAPI threads, and those threads run on CPU 0 only,
@@ -105,20 +110,22 @@ pin_napi_threads() {
 # One flow in mode $1 with buffers of $2 bytes (0: a mode without an
 # area): the receiver's JSON line lands in /tmp/bench-run.json. Any further
 # arguments wrap the sender's command (see perf_sender).
+# FLOWS (default 1): connections per run; WSIZE: the sender's write size.
 one_run() {
-	local m=$1 bs=$2 rx buf=()
+	local m=$1 bs=$2 rx buf=() flows=(--flows "${FLOWS:-1}") ws=()
 	shift 2
+	[ -z "${WSIZE:-}" ] || ws=(--write-size "$WSIZE")
 	port=$((port + 1))
 	if [ "$bs" != 0 ]; then
 		buf=(--buf-size "$bs" --area "$AREA_MIB")
 		if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then wait_huge_free; fi
 	fi
 	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 "${buf[@]}" \
-		--cpu 1 --rcvlowat "$RCVLOWAT" --json > /tmp/bench-run.json &
+		--cpu "$RX_CPU" --rcvlowat "$RCVLOWAT" "${flows[@]}" --json > /tmp/bench-run.json &
 	rx=$!
 	RX_PID=$rx # ip netns exec execs the receiver: same pid
 	pin_napi_threads
-	"$@" ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0
+	"$@" ip netns exec nsb "$BENCH" -c 2001:db8::1 --port $port -n "$BYTES" --cpu 0 "${flows[@]}" "${ws[@]}"
 	# The receiver exits 1 on a wrong byte: set -e ends the run here.
 	wait $rx
 	grep -q "\"bytes\":$BYTES," /tmp/bench-run.json || {
@@ -154,12 +161,40 @@ measure() {
 	after=$(hds_stats 1 0)
 	dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
 	fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
-	sed -e "s/}\$/,\"round\":$r,\"mtu\":$CUR_MTU,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
+	sed -e "s/}\$/,\"round\":$r,\"clock\":\"${BENCH_CLOCK:-wall}\",\"vcpus\":$(nproc),\"mtu\":$CUR_MTU,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
 		-e "s/\"mode\":\"$base\"/\"mode\":\"$m\"/" /tmp/bench-run.json | tee -a "$OUT"
 }
-for r in $(seq "$ROUNDS"); do
-	each_flow measure
-done
+# --scale: how the cost grows, zero-copy modes at the first buffer size:
+# with the sender's write size (one flow), then with the number of flows
+# sharing the queue (64 KiB writes; the 1-flow point is the write-size
+# series' 64 KiB one).
+scale_measure() {
+	local m=$1 bs=$2 series=$3
+	measure "$m" "$bs"
+	sed -i -e "\$s/}\$/,\"series\":\"$series\",\"flows\":${FLOWS:-1},\"write_size\":${WSIZE:-262144}}/" "$OUT"
+}
+if [ -n "${BENCH_SCALE:-}" ]; then
+	bs=${BUF_SIZES%% *}
+	set_mtu "$(mtu_of "$bs")"
+	for r in $(seq "$ROUNDS"); do
+		for WSIZE in 4096 65536 1048576; do
+			for m in $MODES; do
+				if is_zc "$m"; then FLOWS=1 scale_measure "$m" "$bs" write_size; fi
+			done
+		done
+		WSIZE=65536
+		for FLOWS in 8 64; do
+			for m in $MODES; do
+				if is_zc "$m"; then scale_measure "$m" "$bs" flows; fi
+			done
+		done
+		unset FLOWS WSIZE
+	done
+else
+	for r in $(seq "$ROUNDS"); do
+		each_flow measure
+	done
+fi
 # With --profile: one more run of every mode with the receiver's CPU
 # sampled by perf (cpu-clock: TCG has no PMU); per mode, where the receiver's
 # time went (its own pid: not the sender's start-up, which runs on CPU 1
@@ -167,10 +202,15 @@ done
 # (the pattern table), which the measured figures leave out.
 if [ -n "${BENCH_PROFILE:-}" ]; then
 	echo 0 > /proc/sys/kernel/kptr_restrict
+	# The module is not under /lib/modules: let perf find its symbols by
+	# build id, in a cache where the guest may write.
+	export PERF_BUILDID_DIR=/tmp/perf-buildids
+	perf buildid-cache -a "$MODULE_A" 2>/dev/null || true
+	[ -z "$MODULE_B" ] || perf buildid-cache -a "$MODULE_B" 2>/dev/null || true
 	# The receiver's set-up (pinning, binding) stays out of the profile.
 	perf_sender() {
 		sleep 1
-		perf record -q -C 1 -e cpu-clock -F 4000 -o /tmp/perf.data -- "$@" 2>/dev/null
+		perf record -q -C "$RX_CPU" -e cpu-clock -F ${BENCH_PROFILE_HZ:-4000} -o /tmp/perf.data -- "$@" 2>/dev/null
 	}
 	profile() {
 		local m=$1 bs=$2 base=${1%@b} f

@@ -23,6 +23,7 @@ Options:
   --append ARGS         extra kernel command line
   --rwdir DIR           a host directory the guest may write (e.g. results)
   --no-scan             do not fail on kernel splats (the log is still saved)
+  --qemu-opts OPTS      extra QEMU arguments (e.g. "-icount shift=0,sleep=off")
 
 The guest's kernel log is saved to \$ZCRX_CACHE/build/FLAVOUR/vm-logs/NAME.log.
 Any WARNING:, BUG:, KASAN:, lockdep report, Oops, panic or kmemleak report in
@@ -34,7 +35,7 @@ Set ZCRX_VM_ACCEL=tcg|kvm to skip the probe.
 USAGE
 }
 
-flavour=fast timeout=600 name=vm cpus=2 memory=2G append= rwdirs=() scan=1
+flavour=fast timeout=600 name=vm cpus=2 memory=2G append= rwdirs=() scan=1 qemu_opts=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--flavour|--flavor) flavour=$2; shift ;;
@@ -45,6 +46,7 @@ while [ $# -gt 0 ]; do
 	--append) append="$append $2"; shift ;;
 	--rwdir) rwdirs+=("--rwdir=$2"); shift ;;
 	--no-scan) scan= ;;
+	--qemu-opts) qemu_opts+=("--qemu-opts=$2"); shift ;;
 	-h|--help) usage; exit 0 ;;
 	--) shift; break ;;
 	-*) usage >&2; die "unknown option $1" ;;
@@ -91,7 +93,7 @@ accel_args=()
 
 # Keep the command's arguments intact through vng's --exec string.
 cmd=$(printf '%q ' "$@")
-msg "VM ($flavour, $accel, ${cpus} vCPUs, $memory, timeout ${timeout}s): $*"
+msg "VM ($flavour, $accel${qemu_opts[*]:+ ${qemu_opts[*]#--qemu-opts=}}, ${cpus} vCPUs, $memory, timeout ${timeout}s): $*"
 rc=0
 # --verbose sends the kernel console to our stderr, which goes to $LOG;
 # guest-init.sh sends the command's stderr to stdout, so it is not lost in there.
@@ -101,7 +103,7 @@ rc=0
 # CPUID is read again, and an interrupt in between makes KASAN compute its
 # shadow range for 4-level paging. Not ours to fix here; 4-level avoids it.
 timeout --kill-after=10 "$timeout" "$VNG" --run "$KIMG" "${accel_args[@]}" \
-	--cpus "$cpus" --memory "$memory" --verbose --cwd "$ZCRX_TOP" "${rwdirs[@]}" \
+	--cpus "$cpus" --memory "$memory" --verbose --cwd "$ZCRX_TOP" "${rwdirs[@]}" "${qemu_opts[@]}" \
 	--append "panic_on_warn=0 oops=panic no5lvl $append" \
 	--exec "ZCRX_CACHE=$ZCRX_CACHE ZCRX_FLAVOUR=$flavour ZCRX_BUILD=$B bash $ZCRX_TOP/scripts/guest-init.sh $cmd" \
 	</dev/null 2> "$LOG" || rc=$?

@@ -31,6 +31,8 @@
 //! io_uring zcrx it is `rx_buf_len`. The JSON line records `buf_size`
 //! (what the kernel took; 0 for copy and trunc).
 
+mod chart;
+mod multi;
 mod report;
 mod uring;
 
@@ -50,6 +52,8 @@ const SEED: u64 = 0x5eed;
 /// always landing at a buffer's start.
 const CHECK_EVERY: u64 = (1 << 20) + 4160;
 const CHECK_LEN: u64 = 64;
+/// Most connections one run may have.
+const MAX_FLOWS: usize = 256;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -107,17 +111,23 @@ struct Opts {
     /// Bytes per buffer of the area; 0: the page size.
     buf_size: usize,
     area_mib: usize,
+    /// Concurrent connections (sender and receiver).
+    flows: usize,
+    /// The sender's bytes per write().
+    write_size: usize,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N]\n\
          \x20                 [--buf-size N] [--area MIB] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
-         \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]\n\
+         \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C] [--write-size N]\n\
          \x20      zcrx-bench --report RESULTS.jsonl\n\
          \x20 --buf-size N  zero-copy modes: bytes per buffer (4096, 32768, 32k, ..; default a page);\n\
          \x20               larger than a page: a hugetlbfs area (reserve /proc/sys/vm/nr_hugepages)\n\
-         \x20 --area MIB    zero-copy modes: the area (default 64)"
+         \x20 --area MIB    zero-copy modes: the area (default 64)\n\
+         \x20 --flows N     both sides: N concurrent connections (1-{MAX_FLOWS}; -n is the total)\n\
+         \x20 --write-size N  sender: bytes per write() (default 256k)"
     );
     exit(2);
 }
@@ -143,6 +153,8 @@ fn parse() -> Opts {
         rcvlowat: 0,
         buf_size: 0,
         area_mib: 64,
+        flows: 1,
+        write_size: 256 << 10,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -161,6 +173,10 @@ fn parse() -> Opts {
             "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
             "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
             "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
+            "--flows" => o.flows = v().parse().ok().filter(|&n| (1..=MAX_FLOWS).contains(&n)).unwrap_or_else(|| usage()),
+            "--write-size" => {
+                o.write_size = zcrx::sys::parse_size(&v()).filter(|&n| n > 0).unwrap_or_else(|| usage())
+            }
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
             "--report" => {
@@ -314,18 +330,29 @@ fn server(o: &Opts) {
         // On the listener: the connection inherits it from its first byte.
         zcrx::sys::set_rcvlowat(&l, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
     }
-    let (mut s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
-    if o.rcvlowat > 0 {
-        // Again on the connection: one the sender completed between listen()
-        // and the setsockopt above was cloned from the listener without it.
-        zcrx::sys::set_rcvlowat(&s, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
-    }
+    let socks: Vec<TcpStream> = (0..o.flows)
+        .map(|_| {
+            let (s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
+            if o.rcvlowat > 0 {
+                // Again on the connection: one the sender completed between
+                // listen() and the setsockopt above was cloned without it.
+                zcrx::sys::set_rcvlowat(&s, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
+            }
+            s
+        })
+        .collect();
     let mut smp = Sampler::new(SEED);
     let ((c0, si0), k0, r0, t0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
     let (mut total, mut copied, mut calls) = (0u64, 0u64, 0u64);
+    let mut s: &TcpStream = &socks[0];
+    if o.flows > 1 {
+        let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut());
+        (total, copied, calls, smp.checked) = (m.total, m.copied, m.calls, m.checked);
+    }
     match o.mode {
+        _ if o.flows > 1 => {}
         Mode::Copy => {
             let mut buf = vec![0u8; 1 << 20];
             loop {
@@ -455,7 +482,7 @@ fn server(o: &Opts) {
             smp.checked
         );
     }
-    drop(s);
+    drop(socks);
 }
 
 fn client(o: &Opts) {
@@ -467,25 +494,48 @@ fn client(o: &Opts) {
         .parse()
         .unwrap_or_else(|e| die("address", e));
     // The pattern is computed before connecting: no set-up in the timed window.
-    let pat = Pattern::new(SEED);
+    let pat = std::sync::Arc::new(Pattern::new(SEED));
+    // Every connection is up before the first byte goes out: the receiver
+    // starts its clock once it has accepted them all.
     let t0 = Instant::now();
-    let mut s = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if t0.elapsed() < Duration::from_secs(20) => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(50));
+    let socks: Vec<TcpStream> = (0..o.flows)
+        .map(|_| loop {
+            match TcpStream::connect(addr) {
+                Ok(s) => break s,
+                Err(_) if t0.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => die("connect", e),
             }
-            Err(e) => die("connect", e),
-        }
-    };
-    let limit = o.bytes.unwrap_or(u64::MAX);
+        })
+        .collect();
+    let total = o.bytes.unwrap_or(u64::MAX);
     let until = o.secs.map(|t| Instant::now() + Duration::from_secs_f64(t));
-    let mut off = 0u64;
-    while off < limit && until.is_none_or(|u| Instant::now() < u) {
-        let n = ((limit - off) as usize).min(256 << 10);
-        s.write_all(pat.slice(off, n)).unwrap_or_else(|e| die("send", e));
-        off += n as u64;
+    let (n, wsize, cpu) = (o.flows as u64, o.write_size, o.cpu);
+    let senders: Vec<_> = socks
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| {
+            let pat = pat.clone();
+            // The first flow carries what does not divide evenly.
+            let limit = if total == u64::MAX { total } else { total / n + if i == 0 { total % n } else { 0 } };
+            std::thread::spawn(move || {
+                if let Some(c) = cpu {
+                    zcrx::sys::pin_to_cpu(c).unwrap_or_else(|e| die("sched_setaffinity", e));
+                }
+                let mut off = 0u64;
+                while off < limit && until.is_none_or(|u| Instant::now() < u) {
+                    // One write of up to `wsize` bytes (the pattern repeats
+                    // every PERIOD bytes: a larger one is that much less).
+                    let buf = pat.slice(off, ((limit - off) as usize).min(wsize));
+                    s.write_all(buf).unwrap_or_else(|e| die("send", e));
+                    off += buf.len() as u64;
+                }
+            })
+        })
+        .collect();
+    for t in senders {
+        if t.join().is_err() {
+            die("send", "a sender thread panicked");
+        }
     }
 }
 

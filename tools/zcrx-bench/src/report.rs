@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::chart;
+
 /// The numeric fields of a flat JSON object (no nesting, no arrays).
 pub fn fields(line: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
@@ -100,6 +102,26 @@ pub fn report(path: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let runs: Vec<_> = text.lines().filter(|l| l.trim_start().starts_with('{')).map(fields).collect();
     let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
+    let mut vcpus: Vec<&str> = runs.iter().filter_map(|r| r.get("vcpus").map(|c| c.as_str())).collect();
+    vcpus.sort();
+    vcpus.dedup();
+    if !vcpus.is_empty() {
+        println!("vCPUs: {}", vcpus.join(", "));
+    }
+    let mut clocks: Vec<&str> = runs.iter().filter_map(|r| r.get("clock").map(|c| c.as_str())).collect();
+    clocks.sort();
+    clocks.dedup();
+    println!(
+        "clock: {}\n",
+        match clocks.as_slice() {
+            [] | ["wall"] => "wall (guest time follows the host's clock: the host's load and speed show)".to_string(),
+            [c] => format!("{c} (QEMU counts instructions: CPU time means instructions executed)"),
+            cs => format!("mixed ({}): do not compare these rows", cs.join(", ")),
+        }
+    );
+    if runs.iter().any(|r| r.contains_key("series")) {
+        return scale_report(path, &runs);
+    }
     // The known modes in their order, then any others (`M@b`: mode M with
     // a second module build) in the order they first ran.
     let mut modes: Vec<String> = MODES.iter().map(|m| m.to_string()).collect();
@@ -186,9 +208,11 @@ pub fn report(path: &str) -> Result<(), String> {
     let g = |m: &str, b: u64, mtu: Option<u64>| find(m, b, mtu).map(|x| x.0);
     let c = |m: &str, b: u64, mtu: Option<u64>| find(m, b, mtu).map(|x| x.1);
     add("throughput zcrx-rs / iouring-zcrx".into(), ">= 1.0", &|b, m| ratio(g("zcrx-rs", b, m), g("iouring-zcrx", b, m)));
-    add("CPU/GiB zcrx-rs / iouring-zcrx".into(), "<= 1.0", &|b, m| ratio(c("zcrx-rs", b, m), c("iouring-zcrx", b, m)));
-    add("CPU/GiB zcrx-rs / copy".into(), "<= 0.25", &|b, m| ratio(c("zcrx-rs", b, m), c("copy", 0, m)));
-    add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.5", &|b, m| ratio(c("zcrx-rs", b, m), c("trunc", 0, m)));
+    add("CPU/GiB zcrx-rs / iouring-zcrx".into(), "<= 0.85", &|b, m| ratio(c("zcrx-rs", b, m), c("iouring-zcrx", b, m)));
+    add("CPU/GiB zcrx-rs / copy".into(), "<= 0.10", &|b, m| ratio(c("zcrx-rs", b, m), c("copy", 0, m)));
+    add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.3 (4 KiB), <= 1.0 (32 KiB)", &|b, m| {
+        ratio(c("zcrx-rs", b, m), c("trunc", 0, m))
+    });
     if modes.iter().any(|m| m == "zcrx-rs-copy") && keys.iter().any(|k| k.mode == "zcrx-rs-copy") {
         add("CPU/GiB zcrx-rs-copy / copy".into(), "-", &|b, m| ratio(c("zcrx-rs-copy", b, m), c("copy", 0, m)));
     }
@@ -275,6 +299,137 @@ pub fn report(path: &str) -> Result<(), String> {
     let out = format!("{path}.summary.json");
     std::fs::write(&out, json + "\n").map_err(|e| format!("{out}: {e}"))?;
     println!("\nsummary: {out}");
+    Ok(())
+}
+
+/// The x values of each series of `--scale` runs.
+const SERIES: [(&str, &str, [u64; 3]); 2] = [
+    ("write_size", "sender's write size (1 flow)", [4096, 65536, 1 << 20]),
+    ("flows", "flows on the queue (64 KiB writes)", [1, 8, 64]),
+];
+
+/// `--scale` results: per series, per x value, per mode the medians of
+/// receiver CPU per GiB and throughput; a table each, `.scale.json` and an
+/// SVG chart (`.svg`) next to the results.
+fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), String> {
+    let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
+    let mut modes: Vec<String> = Vec::new();
+    for r in runs {
+        if let Some(m) = r.get("mode") {
+            if !modes.contains(m) {
+                modes.push(m.clone());
+            }
+        }
+    }
+    modes.sort_by_key(|m| MODES.iter().position(|x| x == m).unwrap_or(usize::MAX));
+    let bufs: Vec<u64> = runs.iter().filter_map(|r| num(r, "buf_size")).map(|b| b as u64).collect();
+    let buf = bufs.first().copied().unwrap_or(0);
+    // The runs of a point: the flows series' 1-flow point is the
+    // write-size series' run at 64 KiB.
+    let at = |series: &str, x: u64, mode: &str| -> Vec<&BTreeMap<String, String>> {
+        let (flows, ws) = if series == "flows" { (x, 65536) } else { (1, x) };
+        runs.iter()
+            .filter(|r| {
+                r.get("mode").map(|m| m.as_str()) == Some(mode)
+                    && num(r, "flows").map(|f| f as u64) == Some(flows)
+                    && num(r, "write_size").map(|w| w as u64) == Some(ws)
+            })
+            .collect()
+    };
+    let med = |rs: &[&BTreeMap<String, String>], k: &str| -> Option<f64> {
+        let v: Vec<f64> = rs.iter().filter_map(|r| num(r, k)).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    let label = |series: &str, x: u64| if series == "write_size" { size_label(x) } else { x.to_string() };
+    let fmt = |v: Option<f64>, p: usize| v.map_or("n/a".into(), |v| format!("{v:.p$}"));
+    let mut json = format!("{{\"buf_size\":{buf},\"series\":[");
+    let mut panels = Vec::new();
+    for (si, (series, title, xs)) in SERIES.iter().enumerate() {
+        println!("{title}, {} buffers:\n", size_label(buf));
+        let head: Vec<String> = modes.iter().map(|m| format!("{m} CPU/GiB (s), runs")).collect();
+        let gh: Vec<String> = modes.iter().map(|m| format!("{m} Gbit/s")).collect();
+        println!("| {} | {} | CPU zcrx-rs / iouring-zcrx | {} |", series.replace('_', " "), head.join(" | "), gh.join(" | "));
+        println!("|---|{}---|{}", "---|".repeat(modes.len()), "---|".repeat(modes.len()));
+        let mut cpu_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
+        let mut gbps_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
+        json.push_str(&format!(
+            "{}{{\"series\":\"{series}\",\"points\":[",
+            if si > 0 { "," } else { "" }
+        ));
+        for (xi, &x) in xs.iter().enumerate() {
+            let mut cells = Vec::new();
+            let mut gcells = Vec::new();
+            let mut cpu_of = BTreeMap::new();
+            json.push_str(&format!("{}{{\"x\":{x},\"modes\":{{", if xi > 0 { "," } else { "" }));
+            for (mi, m) in modes.iter().enumerate() {
+                let rs = at(series, x, m);
+                let (cpu, g) = (med(&rs, "cpu_per_gib"), med(&rs, "gbps"));
+                cells.push(format!("{} ({})", fmt(cpu, 4), rs.len()));
+                gcells.push(fmt(g, 3));
+                cpu_lines[mi].push(cpu);
+                gbps_lines[mi].push(g);
+                cpu_of.insert(m.as_str(), cpu);
+                let j = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.4}"));
+                json.push_str(&format!(
+                    "{}\"{m}\":{{\"runs\":{},\"cpu_per_gib_median\":{},\"gbps_median\":{}}}",
+                    if mi > 0 { "," } else { "" },
+                    rs.len(),
+                    j(cpu),
+                    j(g)
+                ));
+            }
+            json.push_str("}}");
+            let r = match (cpu_of.get("zcrx-rs").copied().flatten(), cpu_of.get("iouring-zcrx").copied().flatten()) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                _ => "n/a".into(),
+            };
+            println!("| {} | {} | {r} | {} |", label(series, x), cells.join(" | "), gcells.join(" | "));
+        }
+        json.push_str("]}");
+        println!();
+        let labels: Vec<String> = xs.iter().map(|&x| label(series, x)).collect();
+        let lines = |v: &[Vec<Option<f64>>]| -> Vec<chart::Line> {
+            modes.iter().zip(v).map(|(m, v)| chart::Line { name: m.clone(), values: v.clone() }).collect()
+        };
+        panels.push((
+            si,
+            chart::Panel {
+                title: format!("receiver CPU per GiB vs {}", title),
+                x_title: title.to_string(),
+                y_title: "CPU s per GiB".into(),
+                x_labels: labels.clone(),
+                lines: lines(&cpu_lines),
+            },
+            chart::Panel {
+                title: format!("throughput vs {}", title),
+                x_title: title.to_string(),
+                y_title: "Gbit/s".into(),
+                x_labels: labels,
+                lines: lines(&gbps_lines),
+            },
+        ));
+    }
+    json.push_str("]}\n");
+    let out = format!("{path}.scale.json");
+    std::fs::write(&out, json).map_err(|e| format!("{out}: {e}"))?;
+    // Row 1: CPU per GiB per series; row 2: throughput.
+    let (mut cpu, mut thr) = (Vec::new(), Vec::new());
+    for (_, c, t) in panels {
+        cpu.push(c);
+        thr.push(t);
+    }
+    let n = cpu.len();
+    cpu.extend(thr);
+    let clock = runs.iter().find_map(|r| r.get("clock").cloned()).unwrap_or_else(|| "wall".into());
+    let svg = chart::svg(
+        &format!("zcrx-bench --scale: {} buffers, medians", size_label(buf)),
+        &format!("clock {clock}; receiver CPU = its thread + its CPU's softirq work; lower CPU is better"),
+        &cpu,
+        n,
+    );
+    let svg_out = format!("{path}.svg");
+    std::fs::write(&svg_out, svg).map_err(|e| format!("{svg_out}: {e}"))?;
+    println!("tables: {out}\nchart: {svg_out}");
     Ok(())
 }
 

@@ -114,6 +114,8 @@ pub struct Completion {
     /// The request ended with this errno (`-ENOSPC`: the CQ ring was full;
     /// reap and re-arm).
     pub err: Option<i32>,
+    /// The request's tag (see [`ZcrxRing::recv_multishot_tagged`]).
+    pub tag: u64,
 }
 
 impl ZcrxRing {
@@ -200,6 +202,11 @@ impl ZcrxRing {
 
     /// Queues a multishot `RECV_ZC` on socket `sock` and submits it.
     pub fn recv_multishot(&mut self, sock: RawFd) -> io::Result<()> {
+        self.recv_multishot_tagged(sock, 2)
+    }
+
+    /// [`ZcrxRing::recv_multishot`] whose completions carry `tag`.
+    pub fn recv_multishot_tagged(&mut self, sock: RawFd, tag: u64) -> io::Result<()> {
         let tail = atomic(self.sq_tail).load(Ordering::Relaxed);
         let idx = tail & self.sq_mask;
         let sqe = self.sqes.at::<io_uring_sqe>(idx * std::mem::size_of::<io_uring_sqe>() as u32);
@@ -210,7 +217,7 @@ impl ZcrxRing {
             (*sqe).fd = sock;
             (*sqe).ioprio = IORING_RECV_MULTISHOT as u16;
             (*sqe).__bindgen_anon_5.zcrx_ifq_idx = self.zcrx_id;
-            (*sqe).user_data = 2;
+            (*sqe).user_data = tag;
             *self.sq_array.add(idx as usize) = idx;
         }
         atomic(self.sq_tail).store(tail.wrapping_add(1), Ordering::Release);
@@ -239,9 +246,9 @@ impl ZcrxRing {
                     // SAFETY: CQE32 entries are 32 bytes, inside the ring.
                     let cqe = unsafe { self.cqes.add(((h & self.cq_mask) * 32) as usize) };
                     // SAFETY: as above; the zcrx CQE follows the plain one.
-                    let (res, flags, off) = unsafe {
+                    let (res, flags, off, tag) = unsafe {
                         let c = &*(cqe as *const io_uring_cqe);
-                        (c.res, c.flags, (*(cqe.add(16) as *const io_uring_zcrx_cqe)).off)
+                        (c.res, c.flags, (*(cqe.add(16) as *const io_uring_zcrx_cqe)).off, c.user_data)
                     };
                     f(
                         self,
@@ -250,6 +257,7 @@ impl ZcrxRing {
                             off: off & !(IORING_ZCRX_AREA_MASK_VALUE),
                             more: flags & IORING_CQE_F_MORE != 0,
                             err: (res < 0).then_some(-res),
+                            tag,
                         },
                     );
                     h = h.wrapping_add(1);
