@@ -260,8 +260,19 @@ impl NetIovArea {
     // private.
 
     fn pp_ref(&self, idx: usize) {
-        // SAFETY: a live net_iov of ours.
-        unsafe { bindings::page_pool_ref_netmem(self.netmem(idx).raw()) }
+        // `page_pool_ref_netmem()` of a net_iov is `atomic_long_inc()` of its
+        // `pp_ref_count`; done inline here, as C callers get it, because
+        // the receive path takes one for every buffer and the C helper is
+        // a call each time (no helper inlining in this build).
+        // SAFETY: a live net_iov of ours; `pp_ref_count` is an
+        // `atomic_long_t` (8 bytes, 8-aligned on 64-bit), which the kernel
+        // only ever accesses atomically, and a relaxed increment is what
+        // `atomic_long_inc()` does.
+        unsafe {
+            let c = core::ptr::addr_of_mut!((*self.niov(idx)).desc.pp_ref_count.counter);
+            core::sync::atomic::AtomicI64::from_ptr(c)
+                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn pp_unref_and_test(&self, idx: usize) -> bool {
