@@ -406,6 +406,7 @@ impl Zcrx {
     }
 
     /// The data a record describes.
+    #[inline]
     pub fn data(&self, r: &Rec) -> &[u8] {
         let a = self.area.as_ref().expect("no area registered through register_area");
         assert!(
