@@ -263,7 +263,10 @@ impl NetIovArea {
         // `page_pool_ref_netmem()` of a net_iov is `atomic_long_inc()` of its
         // `pp_ref_count`; done inline here, as C callers get it, because
         // the receive path takes one for every buffer and the C helper is
-        // a call each time (no helper inlining in this build).
+        // a call each time (no helper inlining in this build). A `core`
+        // atomic on a C atomic: the exception to the LKMM rule explained in
+        // `urefs` (an unordered increment here); what may be lost is the
+        // sanitizers' instrumentation of `atomic_long_inc()`.
         // SAFETY: a live net_iov of ours; `pp_ref_count` is an
         // `atomic_long_t` (8 bytes, 8-aligned on 64-bit), which the kernel
         // only ever accesses atomically, and a relaxed increment is what
@@ -416,10 +419,10 @@ impl NetIovArea {
     /// the pool hands them to the NIC (when the device needs syncs).
     pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
         let pool = batch.pool();
-        if !pool.needs_sync()
-            || batch.area() != self.id
+        if batch.area() != self.id
             || !self.mapped_for(pool)
             || !self.can_copy()
+            || !pool.needs_sync()
         {
             // Nothing to do for a DMA-coherent device (asked once per
             // batch, not per buffer). A dma-buf's addresses are its

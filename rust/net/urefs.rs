@@ -18,12 +18,16 @@
 //! still holds it, on any architecture. A copy buffer's count is set
 //! before `get` in the same way.
 //!
-//! The counts are `core` atomics rather than `kernel::sync::atomic`: with
-//! no C helper inlining in this build, each of the latter is a call into a
-//! C helper, and these are taken and dropped for every buffer received.
-//! The counts are only ever accessed through these atomics (no C code sees
-//! them), and the one ordering that matters, against the page-pool count,
-//! is the release/acquire pair above, which both memory models give.
+//! The counts are `core` atomics rather than `kernel::sync::atomic`, which
+//! the kernel asks Rust code to use (the LKMM is its memory model): a
+//! deliberate exception for the hot path. Without C helper inlining (this
+//! build's rustc and clang have different LLVMs) each `kernel` atomic is a
+//! call into a C helper, and these are taken and dropped for every buffer
+//! received. No C code touches the counts; the one ordering that matters is
+//! the release/acquire pair above against the page-pool count (a C
+//! `atomic_long_t`), which on the architectures this runs on (x86-64, where
+//! both are `lock`-prefixed instructions) holds across the two models.
+//! Back to `kernel::sync::atomic` once helpers can be inlined.
 
 use core::sync::atomic::{
     AtomicU32,
