@@ -46,7 +46,8 @@ time advances 2^SHIFT ns per instruction executed, both vCPUs run in turn
 on one host thread, and the host's load and speed drop out. Receiver CPU
 per GiB then means instructions per GiB (plus idle-free waits), which
 repeats from run to run; throughput is in guest time. Every result line
-says which clock it ran on ("clock": "wall" or "icount-SHIFT").
+says which clock it ran on ("clock": "wall" or "icount-SHIFT"). It runs
+under TCG even where KVM works (QEMU counts only what it emulates).
 --cpus 1: one vCPU for everything (default 2: the receiver alone on vCPU 1).
 --scale: how the cost grows instead of the main table: the zero-copy modes
 (default iouring-zcrx and zcrx-rs) at the first buffer size, with the
@@ -114,6 +115,8 @@ stage_begin bench
 rc=0
 vm_opts=() clock=wall
 if [ -n "$icount" ]; then
+	# QEMU counts instructions only when it emulates them: no KVM.
+	export ZCRX_VM_ACCEL=tcg
 	vm_opts=(--qemu-opts "-icount shift=$icount,sleep=off,align=off")
 	clock="icount-$icount"
 fi

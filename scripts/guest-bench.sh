@@ -171,7 +171,7 @@ measure() {
 scale_measure() {
 	local m=$1 bs=$2 series=$3
 	measure "$m" "$bs"
-	sed -i -e "\$s/}\$/,\"series\":\"$series\",\"flows\":${FLOWS:-1},\"write_size\":${WSIZE:-262144}}/" "$OUT"
+	sed -i -e "\$s/}\$/,\"series\":\"$series\",\"write_size\":${WSIZE:-262144}}/" "$OUT"
 }
 if [ -n "${BENCH_SCALE:-}" ]; then
 	bs=${BUF_SIZES%% *}
@@ -202,11 +202,6 @@ fi
 # (the pattern table), which the measured figures leave out.
 if [ -n "${BENCH_PROFILE:-}" ]; then
 	echo 0 > /proc/sys/kernel/kptr_restrict
-	# The module is not under /lib/modules: let perf find its symbols by
-	# build id, in a cache where the guest may write.
-	export PERF_BUILDID_DIR=/tmp/perf-buildids
-	perf buildid-cache -a "$MODULE_A" 2>/dev/null || true
-	[ -z "$MODULE_B" ] || perf buildid-cache -a "$MODULE_B" 2>/dev/null || true
 	# The receiver's set-up (pinning, binding) stays out of the profile.
 	perf_sender() {
 		sleep 1

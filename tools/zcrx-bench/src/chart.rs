@@ -113,13 +113,22 @@ pub fn svg(title: &str, note: &str, panels: &[Panel], cols: usize) -> String {
         );
         for (j, l) in p.lines.iter().enumerate() {
             let c = COLOURS[j % COLOURS.len()];
-            let pts: Vec<String> = l
-                .values
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.map(|v| format!("{:.1},{:.1}", xs(i), ys(v))))
-                .collect();
-            let _ = writeln!(o, "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2.5\"/>", pts.join(" "));
+            // One polyline per run of points with values: a missing
+            // value breaks the line.
+            let mut runs: Vec<Vec<String>> = vec![Vec::new()];
+            for (i, v) in l.values.iter().enumerate() {
+                match v {
+                    Some(v) => runs.last_mut().unwrap().push(format!("{:.1},{:.1}", xs(i), ys(*v))),
+                    None => runs.push(Vec::new()),
+                }
+            }
+            for pts in runs.iter().filter(|p| p.len() > 1) {
+                let _ = writeln!(
+                    o,
+                    "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2.5\"/>",
+                    pts.join(" ")
+                );
+            }
             for (i, v) in l.values.iter().enumerate() {
                 if let Some(v) = v {
                     let _ = writeln!(
@@ -185,6 +194,8 @@ mod tests {
         };
         let s = svg("T", "n", &[p], 2);
         assert_eq!(s.matches("<circle").count(), 5);
+        // The gap: "a" is one segment of two points, "c" one of three.
+        assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a&lt;b"));
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
     }

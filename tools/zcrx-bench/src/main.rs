@@ -326,17 +326,44 @@ fn server(o: &Opts) {
     let any: SocketAddr =
         if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
-    if o.rcvlowat > 0 {
+    // Many flows share one area (and, in every mode, one queue): each
+    // socket gets a receive buffer of an eighth of the area's share per
+    // flow (the kernel doubles it), so that all of them together hold at
+    // most a quarter of the area and GRO'd skbs have room beyond that (see
+    // "Sizing the area" in Documentation/zcrx-rs.rst: with more, TCP can
+    // stall for good when the pool runs dry). SO_RCVLOWAT stays below it.
+    let rcvbuf = (o.flows > 1).then(|| ((o.area_mib << 20) / (8 * o.flows)).max(64 << 10));
+    let rcvlowat = match rcvbuf {
+        Some(b) => o.rcvlowat.min(b as u32 / 2),
+        None => o.rcvlowat,
+    };
+    if let Some(b) = rcvbuf {
+        let v = b as libc::c_int;
+        // SAFETY: setsockopt reads an int from a live local.
+        let r = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            die("setsockopt(SO_RCVBUF)", io::Error::last_os_error());
+        }
+    }
+    if rcvlowat > 0 {
         // On the listener: the connection inherits it from its first byte.
-        zcrx::sys::set_rcvlowat(&l, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
+        zcrx::sys::set_rcvlowat(&l, rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
     }
     let socks: Vec<TcpStream> = (0..o.flows)
         .map(|_| {
             let (s, _) = l.accept().unwrap_or_else(|e| die("accept", e));
-            if o.rcvlowat > 0 {
+            if rcvlowat > 0 {
                 // Again on the connection: one the sender completed between
                 // listen() and the setsockopt above was cloned without it.
-                zcrx::sys::set_rcvlowat(&s, o.rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
+                zcrx::sys::set_rcvlowat(&s, rcvlowat).unwrap_or_else(|e| die("setsockopt(SO_RCVLOWAT)", e));
             }
             s
         })
@@ -459,13 +486,14 @@ fn server(o: &Opts) {
         "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
          \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
          \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\
-         \"verified_bytes\":{},\"rcvlowat\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
+         \"verified_bytes\":{},\"rcvlowat\":{rcvlowat},\"rcvbuf\":{},\"flows\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
         o.mode.name(),
         total as f64 * 8.0 / secs / 1e9,
         cpu_secs / gib.max(1e-12),
         si1 - si0,
         smp.checked,
-        o.rcvlowat,
+        rcvbuf.unwrap_or(0),
+        o.flows,
         if buf_size > 0 { area } else { 0 }
     );
     if o.json {
@@ -509,12 +537,18 @@ fn client(o: &Opts) {
         .collect();
     let total = o.bytes.unwrap_or(u64::MAX);
     let until = o.secs.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    // The stream from offset 0 for PERIOD + write size bytes: a write of up
+    // to the write size starts anywhere in the first period (the pattern
+    // repeats every PERIOD bytes).
+    let mut table = vec![0u8; zcrx::pattern::PERIOD + o.write_size];
+    pat.fill(0, &mut table);
+    let table = std::sync::Arc::new(table);
     let (n, wsize, cpu) = (o.flows as u64, o.write_size, o.cpu);
     let senders: Vec<_> = socks
         .into_iter()
         .enumerate()
         .map(|(i, mut s)| {
-            let pat = pat.clone();
+            let table = table.clone();
             // The first flow carries what does not divide evenly.
             let limit = if total == u64::MAX { total } else { total / n + if i == 0 { total % n } else { 0 } };
             std::thread::spawn(move || {
@@ -523,9 +557,8 @@ fn client(o: &Opts) {
                 }
                 let mut off = 0u64;
                 while off < limit && until.is_none_or(|u| Instant::now() < u) {
-                    // One write of up to `wsize` bytes (the pattern repeats
-                    // every PERIOD bytes: a larger one is that much less).
-                    let buf = pat.slice(off, ((limit - off) as usize).min(wsize));
+                    let at = (off % zcrx::pattern::PERIOD as u64) as usize;
+                    let buf = &table[at..at + ((limit - off) as usize).min(wsize)];
                     s.write_all(buf).unwrap_or_else(|e| die("send", e));
                     off += buf.len() as u64;
                 }

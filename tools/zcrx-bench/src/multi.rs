@@ -73,7 +73,14 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
     let mut open = flows.len();
     while open > 0 {
         // SAFETY: `evs` has room for `evs.len()` events.
-        let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1) };
+        // Not a performance bound: data that stopped coming (a stall) ends
+        // the run with an error instead of waiting for the VM's timeout.
+        let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 120_000) };
+        if n == 0 {
+            let left: Vec<String> =
+                flows.iter().enumerate().filter(|(_, f)| !f.done).map(|(i, f)| format!("{i}@{}", f.off)).collect();
+            die("epoll_wait", format!("no data on any of {open} open flows for 120 s (flow@bytes: {})", left.join(" ")));
+        }
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {

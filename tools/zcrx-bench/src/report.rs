@@ -184,7 +184,7 @@ pub fn report(path: &str) -> Result<(), String> {
             size_label(k.buf),
             rs.len(),
             spread(&gs, 3),
-            spread(&cs, 3)
+            spread(&cs, 4)
         );
         rows.push(Row { key: k.clone(), runs: rs.len(), gbps: median(gs), cpu: median(cs), zc });
     }
@@ -251,7 +251,7 @@ pub fn report(path: &str) -> Result<(), String> {
     };
     let fmt = |v: Option<f64>| match v {
         Some(v) if v.is_infinite() => "-".into(),
-        Some(v) => format!("{v:.2}"),
+        Some(v) => format!("{v:.3}"),
         None => "n/a".into(),
     };
     if !groups.is_empty() {
@@ -421,9 +421,12 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
     let n = cpu.len();
     cpu.extend(thr);
     let clock = runs.iter().find_map(|r| r.get("clock").cloned()).unwrap_or_else(|| "wall".into());
+    let vcpus = runs.iter().find_map(|r| r.get("vcpus").cloned()).unwrap_or_else(|| "2".into());
     let svg = chart::svg(
         &format!("zcrx-bench --scale: {} buffers, medians", size_label(buf)),
-        &format!("clock {clock}; receiver CPU = its thread + its CPU's softirq work; lower CPU is better"),
+        &format!(
+            "clock {clock}, {vcpus} vCPU(s); receiver CPU = its thread + its CPU's ksoftirqd; lower CPU is better"
+        ),
         &cpu,
         n,
     );
