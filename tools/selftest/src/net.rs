@@ -554,20 +554,10 @@ pub fn with_receiver_setup<T: Send + 'static>(
 
 /// `SO_RCVBUF` of socket `fd` (the kernel doubles it).
 pub fn set_rcvbuf(fd: std::os::fd::RawFd, bytes: i32) -> Result<(), String> {
-    // SAFETY: a valid option pointer and length for SO_RCVBUF on `fd`.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&bytes as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(format!("SO_RCVBUF {bytes}: {}", io::Error::last_os_error()));
-    }
-    Ok(())
+    // SAFETY: the caller's open socket, borrowed for this call only.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let n = u32::try_from(bytes).map_err(|_| format!("SO_RCVBUF {bytes}: negative"))?;
+    zcrx::sys::set_rcvbuf(&fd, n).map_err(|e| format!("SO_RCVBUF {bytes}: {e}"))
 }
 
 /// Non-blocking receive flag, re-exported for tests.

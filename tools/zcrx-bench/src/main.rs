@@ -338,20 +338,7 @@ fn server(o: &Opts) {
         None => o.rcvlowat,
     };
     if let Some(b) = rcvbuf {
-        let v = b as libc::c_int;
-        // SAFETY: setsockopt reads an int from a live local.
-        let r = unsafe {
-            libc::setsockopt(
-                l.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            die("setsockopt(SO_RCVBUF)", io::Error::last_os_error());
-        }
+        zcrx::sys::set_rcvbuf(&l, b as u32).unwrap_or_else(|e| die("setsockopt(SO_RCVBUF)", e));
     }
     if rcvlowat > 0 {
         // On the listener: the connection inherits it from its first byte.

@@ -130,39 +130,6 @@ pub fn parse_size(s: &str) -> Option<usize> {
     n.checked_mul(1 << shift).filter(|&v| v > 0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_with_and_without_suffix() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("32768"), Some(32768));
-        assert_eq!(parse_size("32k"), Some(32768));
-        assert_eq!(parse_size("32K"), Some(32768));
-        assert_eq!(parse_size("2M"), Some(2 << 20));
-        assert_eq!(parse_size("2m"), Some(2 << 20));
-        for bad in ["", "k", "0", "-4096", "32kb", "3.5k", "0x1000", " 4096", "x"] {
-            assert_eq!(parse_size(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn cvt_maps_negative_to_errno() {
-        // SAFETY: closing an fd that cannot be open sets errno to EBADF.
-        let r = cvt(unsafe { libc::close(-1) } as libc::c_long);
-        assert_eq!(errno(&r.unwrap_err()), libc::EBADF);
-        assert_eq!(cvt(5).unwrap(), 5);
-    }
-
-    #[test]
-    fn errno_names() {
-        assert_eq!(errno_name(libc::EBUSY), "EBUSY");
-        assert_eq!(errno_name(libc::ENOTTY), "ENOTTY");
-        assert_eq!(errno_name(9999), "E?");
-    }
-}
-
 /// The index of network interface `name` (in the caller's namespace).
 pub fn ifindex(name: &str) -> io::Result<u32> {
     let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -187,21 +154,34 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
         .map(|_| ())
 }
 
-/// Sets `SO_RCVLOWAT` on socket `fd`: blocking receives (recv(), RECV)
-/// wait for that many bytes. On a listener, connections inherit it.
-pub fn set_rcvlowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+/// Sets the `SOL_SOCKET` option `opt` of socket `fd` to the int `bytes`
+/// (`EINVAL` if it does not fit one).
+fn set_socket_int(fd: &impl AsRawFd, opt: libc::c_int, bytes: u32) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: setsockopt reads an int from a live local.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            opt,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     cvt(r.into()).map(|_| ())
+}
+
+/// Sets `SO_RCVLOWAT` on socket `fd`: blocking receives (recv(), RECV)
+/// wait for that many bytes. On a listener, connections inherit it.
+pub fn set_rcvlowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    set_socket_int(fd, libc::SO_RCVLOWAT, bytes)
+}
+
+/// Sets `SO_RCVBUF` on socket `fd` (the kernel doubles it, and stops
+/// autotuning the socket's receive buffer). On a listener, connections
+/// inherit it.
+pub fn set_rcvbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    set_socket_int(fd, libc::SO_RCVBUF, bytes)
 }
 
 /// Sets `SO_OOBINLINE` on socket `fd`: urgent bytes stay in the stream.
@@ -260,4 +240,37 @@ pub fn thread_cpu_time() -> std::time::Duration {
     // SAFETY: clock_gettime writes a timespec into a live local.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_and_without_suffix() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("32768"), Some(32768));
+        assert_eq!(parse_size("32k"), Some(32768));
+        assert_eq!(parse_size("32K"), Some(32768));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
+        for bad in ["", "k", "0", "-4096", "32kb", "3.5k", "0x1000", " 4096", "x"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cvt_maps_negative_to_errno() {
+        // SAFETY: closing an fd that cannot be open sets errno to EBADF.
+        let r = cvt(unsafe { libc::close(-1) } as libc::c_long);
+        assert_eq!(errno(&r.unwrap_err()), libc::EBADF);
+        assert_eq!(cvt(5).unwrap(), 5);
+    }
+
+    #[test]
+    fn errno_names() {
+        assert_eq!(errno_name(libc::EBUSY), "EBUSY");
+        assert_eq!(errno_name(libc::ENOTTY), "ENOTTY");
+        assert_eq!(errno_name(9999), "E?");
+    }
 }
