@@ -508,8 +508,13 @@ fn client(o: &Opts) {
     let addr: SocketAddr = format!("{}:{}", if host.contains(':') { format!("[{host}]") } else { host.clone() }, o.port)
         .parse()
         .unwrap_or_else(|e| die("address", e));
-    // The pattern is computed before connecting: no set-up in the timed window.
-    let pat = std::sync::Arc::new(Pattern::new(SEED));
+    // What the sender writes is computed before connecting: no set-up in
+    // the timed window. The stream from offset 0 for PERIOD + write size
+    // bytes: a write of up to the write size starts anywhere in the first
+    // period (the pattern repeats every PERIOD bytes).
+    let mut table = vec![0u8; zcrx::pattern::PERIOD + o.write_size];
+    Pattern::new(SEED).fill(0, &mut table);
+    let table = std::sync::Arc::new(table);
     // Every connection is up before the first byte goes out: the receiver
     // starts its clock once it has accepted them all.
     let t0 = Instant::now();
@@ -524,12 +529,6 @@ fn client(o: &Opts) {
         .collect();
     let total = o.bytes.unwrap_or(u64::MAX);
     let until = o.secs.map(|t| Instant::now() + Duration::from_secs_f64(t));
-    // The stream from offset 0 for PERIOD + write size bytes: a write of up
-    // to the write size starts anywhere in the first period (the pattern
-    // repeats every PERIOD bytes).
-    let mut table = vec![0u8; zcrx::pattern::PERIOD + o.write_size];
-    pat.fill(0, &mut table);
-    let table = std::sync::Arc::new(table);
     let (n, wsize, cpu) = (o.flows as u64, o.write_size, o.cpu);
     let senders: Vec<_> = socks
         .into_iter()
