@@ -26,7 +26,7 @@ const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 
 /// Appends a netlink attribute (padded to 4 bytes).
-fn attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+pub(crate) fn attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
     let len = 4 + payload.len();
     buf.extend_from_slice(&(len as u16).to_ne_bytes());
     buf.extend_from_slice(&ty.to_ne_bytes());
@@ -61,7 +61,7 @@ fn rings_set_attrs(ifindex: u32, on: bool) -> Vec<u8> {
 }
 
 /// Walks the attributes of `buf`, calling `f(type, payload)`.
-fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
+pub(crate) fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
     while buf.len() >= 4 {
         let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
         let ty = u16::from_ne_bytes([buf[2], buf[3]]) & !NLA_F_NESTED;
@@ -73,13 +73,58 @@ fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
     }
 }
 
-struct Genl {
+/// The answer to request `seq` among the netlink messages of `buf` (one
+/// datagram): `Some(payload)` for its reply or a zero acknowledgement
+/// (empty), the error of an `NLMSG_ERROR`, `None` if the datagram has
+/// only messages of other requests.
+fn reply_of(mut buf: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
+    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    while buf.len() >= 16 {
+        let len = u32_at(buf, 0) as usize;
+        if len < 16 || len > buf.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
+        }
+        let msg = &buf[..len];
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        if u32_at(msg, 8) != seq {
+            continue;
+        }
+        if u16::from_ne_bytes([msg[4], msg[5]]) != NLMSG_ERROR {
+            return Ok(Some(msg[16..].to_vec()));
+        }
+        if msg.len() < 20 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "short netlink error message"));
+        }
+        let err = u32_at(msg, 16) as i32;
+        if err == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        // The extended ack message, if the kernel sent one (after the
+        // error code and the request's header; NLMSGERR_ATTR_MSG is 1).
+        let mut text = String::new();
+        if msg.len() >= 36 {
+            let inner = u32_at(msg, 20) as usize;
+            let start = (16 + 4 + inner).min(msg.len());
+            for_each_attr(&msg[start..], |t, p| {
+                if t == 1 {
+                    text = String::from_utf8_lossy(p).trim_end_matches('\0').to_string();
+                }
+            });
+        }
+        let e = io::Error::from_raw_os_error(-err);
+        return Err(if text.is_empty() { e } else { io::Error::new(e.kind(), format!("{e}: {text}")) });
+    }
+    Ok(None)
+}
+
+/// A generic netlink socket (also used by [`crate::netdev`]).
+pub(crate) struct Genl {
     fd: OwnedFd,
     seq: u32,
 }
 
 impl Genl {
-    fn open() -> io::Result<Self> {
+    pub(crate) fn open() -> io::Result<Self> {
         // SAFETY: plain socket creation.
         let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_GENERIC) };
         if fd < 0 {
@@ -89,9 +134,12 @@ impl Genl {
         Ok(Genl { fd: unsafe { OwnedFd::from_raw_fd(fd) }, seq: 1 })
     }
 
-    /// Sends a request and returns the first reply message (payload after
-    /// the netlink header), or the error of an `NLMSG_ERROR` reply.
-    fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
+    /// Sends a request and returns its reply (payload after the netlink
+    /// header: the generic netlink header and the attributes; empty for a
+    /// request answered by an acknowledgement alone), or the error of an
+    /// `NLMSG_ERROR` reply. Messages of earlier requests (the
+    /// acknowledgement that follows a reply) are skipped by sequence number.
+    pub(crate) fn request(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
         self.seq += 1;
         let m = genl_msg(family, cmd, self.seq, attrs);
         // SAFETY: sending our buffer on our socket (to the kernel, addr 0).
@@ -100,34 +148,19 @@ impl Genl {
             return Err(io::Error::last_os_error());
         }
         let mut buf = vec![0u8; 16384];
-        // SAFETY: receiving into our buffer.
-        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 16 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
-        if ty == NLMSG_ERROR {
-            let err = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
-            if err != 0 {
-                // The extended ack message, if the kernel sent one.
-                let mut msg = String::new();
-                let total = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-                let inner = u32::from_ne_bytes([buf[20], buf[21], buf[22], buf[23]]) as usize;
-                let start = (16 + 4 + inner).min(total);
-                for_each_attr(&buf[start..total.min(buf.len())], |t, p| {
-                    if t == 1 {
-                        msg = String::from_utf8_lossy(p).trim_end_matches('\0').to_string();
-                    }
-                });
-                let e = io::Error::from_raw_os_error(-err);
-                return Err(if msg.is_empty() { e } else { io::Error::new(e.kind(), format!("{e}: {msg}")) });
+        loop {
+            // SAFETY: receiving into our buffer.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(reply) = reply_of(&buf[..n as usize], self.seq)? {
+                return Ok(reply);
             }
         }
-        Ok(buf[16..].to_vec())
     }
 
-    fn family_id(&mut self, name: &str) -> io::Result<u16> {
+    pub(crate) fn family_id(&mut self, name: &str) -> io::Result<u16> {
         let mut a = Vec::new();
         let mut n = name.as_bytes().to_vec();
         n.push(0);
@@ -166,6 +199,35 @@ mod tests {
         let mut seen = Vec::new();
         for_each_attr(&a, |t, p| seen.push((t, p.len())));
         assert_eq!(seen, vec![(1, 8), (11, 1), (17, 4)]);
+    }
+
+    /// A netlink message of type `ty` answering `seq`, with `payload`.
+    fn msg(ty: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    #[test]
+    fn replies_are_matched_by_sequence() {
+        // The acknowledgement of request 2, then the reply to request 3.
+        let mut d = msg(NLMSG_ERROR, 2, &[0u8; 20]);
+        d.extend(msg(0x20, 3, &[7, 1, 0, 0]));
+        assert_eq!(reply_of(&d, 3).unwrap(), Some(vec![7, 1, 0, 0]));
+        // A datagram with only the old acknowledgement: keep reading.
+        assert_eq!(reply_of(&msg(NLMSG_ERROR, 2, &[0u8; 20]), 3).unwrap(), None);
+        // An acknowledgement alone answers a request without a reply.
+        assert_eq!(reply_of(&msg(NLMSG_ERROR, 3, &[0u8; 20]), 3).unwrap(), Some(Vec::new()));
+        // An error.
+        let mut e = (-libc::EOPNOTSUPP).to_ne_bytes().to_vec();
+        e.extend_from_slice(&[0u8; 16]);
+        let err = reply_of(&msg(NLMSG_ERROR, 3, &e), 3).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP));
     }
 
     #[test]
