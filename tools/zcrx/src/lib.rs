@@ -25,6 +25,7 @@ pub mod error;
 pub mod ethtool;
 pub mod events;
 pub mod kmod;
+pub mod netdev;
 pub mod ktap;
 pub mod pattern;
 pub mod sys;

@@ -184,6 +184,25 @@ pub fn set_rcvbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
     set_socket_int(fd, libc::SO_RCVBUF, bytes)
 }
 
+/// `SO_INCOMING_NAPI_ID` of socket `fd`: the NAPI instance (so the rx
+/// queue) its last packet arrived on; 0 before any did. A connection
+/// accepted from a listener has the one of the handshake's last ACK.
+pub fn incoming_napi_id(fd: &impl AsRawFd) -> io::Result<u32> {
+    let mut v: libc::c_uint = 0;
+    let mut len = std::mem::size_of::<libc::c_uint>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live local.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_NAPI_ID,
+            (&mut v as *mut libc::c_uint).cast(),
+            &mut len,
+        )
+    };
+    cvt(r.into()).map(|_| v)
+}
+
 /// Sets `SO_OOBINLINE` on socket `fd`: urgent bytes stay in the stream.
 pub fn set_oobinline(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
     let v: libc::c_int = on.into();

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The netdev generic netlink family (`<linux/netdev.h>`), as much as a
+//! receiver needs to tell its connections apart by rx queue: the NAPI
+//! instance of each queue (`queue-get`), to match against a socket's
+//! `SO_INCOMING_NAPI_ID`.
+
+use std::io;
+
+use crate::ethtool::{attr, for_each_attr, Genl};
+
+const NETDEV_CMD_QUEUE_GET: u8 = 10;
+const NETDEV_A_QUEUE_ID: u16 = 1;
+const NETDEV_A_QUEUE_IFINDEX: u16 = 2;
+const NETDEV_A_QUEUE_TYPE: u16 = 3;
+const NETDEV_A_QUEUE_NAPI_ID: u16 = 4;
+const NETDEV_QUEUE_TYPE_RX: u32 = 0;
+
+/// The `queue-get` request attributes for rx queue `queue` of `ifindex`.
+fn queue_get_attrs(ifindex: u32, queue: u32) -> Vec<u8> {
+    let mut a = Vec::new();
+    attr(&mut a, NETDEV_A_QUEUE_IFINDEX, &ifindex.to_ne_bytes());
+    attr(&mut a, NETDEV_A_QUEUE_TYPE, &NETDEV_QUEUE_TYPE_RX.to_ne_bytes());
+    attr(&mut a, NETDEV_A_QUEUE_ID, &queue.to_ne_bytes());
+    a
+}
+
+/// The NAPI id of rx queue `queue` of device `ifindex` (in the caller's
+/// network namespace); `ENOENT` if the queue has no NAPI instance (a
+/// driver that does not report one, or a device that is down).
+pub fn rx_queue_napi_id(ifindex: u32, queue: u32) -> io::Result<u32> {
+    let mut g = Genl::open()?;
+    let fam = g.family_id("netdev")?;
+    let reply = g.request(fam, NETDEV_CMD_QUEUE_GET, &queue_get_attrs(ifindex, queue))?;
+    let mut id = None;
+    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
+        if t == NETDEV_A_QUEUE_NAPI_ID && p.len() >= 4 {
+            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
+        }
+    });
+    id.ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("rx queue {queue} of ifindex {ifindex} reports no NAPI id"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_get_request() {
+        let a = queue_get_attrs(3, 2);
+        assert_eq!(a.len(), 24);
+        let mut seen = Vec::new();
+        for_each_attr(&a, |t, p| seen.push((t, u32::from_ne_bytes([p[0], p[1], p[2], p[3]]))));
+        assert_eq!(seen, vec![(NETDEV_A_QUEUE_IFINDEX, 3), (NETDEV_A_QUEUE_TYPE, 0), (NETDEV_A_QUEUE_ID, 2)]);
+    }
+}
