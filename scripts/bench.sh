@@ -11,7 +11,8 @@ usage() {
 usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
                        (another mode: zcrx-rs-copy, bound and unbound: RECV's copy fallback)
                        [--buf-sizes "4096 32768"] [--mtu MTU] [--rcvlowat BYTES]
-                       [--profile] [--module KO] [--module-b KO] [--icount [SHIFT]] [--cpus 1|2] [--scale]
+                       [--profile] [--module KO] [--module-b KO] [--icount [SHIFT]] [--cpus 1|2]
+                       [--scale [--series "write_size flows queues"]] [--split]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
 receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
@@ -54,8 +55,23 @@ under TCG even where KVM works (QEMU counts only what it emulates).
 sender's write size (4 KiB, 64 KiB, 1 MiB; one flow) and with the number of
 flows on the queue (1, 8, 64; 64 KiB writes), each mode receiving all of a
 run's flows in one thread (zcrx-rs: epoll + RECV per ready socket; io_uring
-zcrx: one multishot RECV_ZC per flow). --rounds defaults to 3 here; the
-report adds the tables per series and an SVG chart (.svg next to the results).
+zcrx: one multishot RECV_ZC per flow), and with the number of bound queues
+(1, 2, 4; 8 flows, 64 KiB writes) on a pair of 4-queue devices whose RSS
+table spreads flows over the first 1, 2 or 4 queues (ethtool -X equal N):
+zcrx-rs binds one context to all of them (ADD_QUEUE), io_uring zcrx has one
+instance per queue (an area of its own each) and posts each flow's RECV_ZC
+on the instance of the queue it arrives on (SO_INCOMING_NAPI_ID against
+the queues' NAPI ids from netdev netlink). --series: only these series.
+--rounds defaults to 3 here; the report adds the tables per series and an
+SVG chart (.svg next to the results).
+Every result line also splits the run's time: the receiver, the NAPI
+threads of the receiving device and of the others, the sender's process;
+the main report prints it per GiB ("where the time went"): on one vCPU the
+parts add up to the run time, which sets the throughput.
+--split: the receiver also measures its CPU time inside its receive system
+calls (two clock_gettime calls around each: a diagnostic, not for the main
+numbers); the report splits its CPU into inside and outside the calls, per
+GiB and per buffer.
 --profile: afterwards one more round (each mode at each buffer size and
 MTU) with vCPU 1 sampled by perf (cpu-clock); the receiver's symbols next
 to the results (profile-MODE[-BUFSIZE]-mtuMTU.txt).
@@ -66,7 +82,7 @@ the same VM, and the report gives its ratios to the mode without "@b" (a
 change against its parent, side by side).
 USAGE
 }
-module= module_b= profile= icount= scale= rounds= cpus=2
+module= module_b= profile= icount= scale= series= split= rounds= cpus=2
 modes_set= rcvlowat=$((1 << 20)) mtu= bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
 buf_sizes="4096 32768"
 while [ $# -gt 0 ]; do
@@ -79,6 +95,12 @@ while [ $# -gt 0 ]; do
 	--buf-sizes) buf_sizes=$2; shift ;;
 	--profile) profile=1 ;;
 	--scale) scale=1 ;;
+	--split) split=1 ;;
+	--series)
+		series=$2; shift
+		for x in $series; do
+			case $x in write_size|flows|queues) ;; *) die "--series: no series $x (write_size, flows, queues)" ;; esac
+		done ;;
 	--cpus) cpus=$2; shift ;;
 	--icount)
 		icount=0
@@ -122,7 +144,7 @@ if [ -n "$icount" ]; then
 fi
 case $cpus in 1|2) ;; *) die "--cpus: 1 or 2" ;; esac
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 7200 --cpus "$cpus" --rwdir "$D" "${vm_opts[@]}" -- \
-	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
+	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_SERIES="$series" BENCH_SPLIT="$split" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
 	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_BUF_SIZES="$buf_sizes" \
 	BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?

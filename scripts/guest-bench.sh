@@ -112,15 +112,17 @@ pin_napi_threads() {
 # arguments wrap the sender's command (see perf_sender).
 # FLOWS (default 1): connections per run; WSIZE: the sender's write size.
 one_run() {
-	local m=$1 bs=$2 rx buf=() flows=(--flows "${FLOWS:-1}") ws=()
+	local m=$1 bs=$2 rx buf=() flows=(--flows "${FLOWS:-1}") ws=() qs=()
 	shift 2
 	[ -z "${WSIZE:-}" ] || ws=(--write-size "$WSIZE")
+	[ -z "${QUEUES:-}" ] || qs=(--queues "$QUEUES")
+	[ -z "${BENCH_SPLIT:-}" ] || qs+=(--split)
 	port=$((port + 1))
 	if [ "$bs" != 0 ]; then
 		buf=(--buf-size "$bs" --area "$AREA_MIB")
 		if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then wait_huge_free; fi
 	fi
-	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 "${buf[@]}" \
+	ip netns exec nsa "$BENCH" -s --mode "$m" --port $port --dev "$NSIM_A" --queue 0 "${qs[@]}" "${buf[@]}" \
 		--cpu "$RX_CPU" --rcvlowat "$RCVLOWAT" "${flows[@]}" --json > /tmp/bench-run.json &
 	rx=$!
 	RX_PID=$rx # ip netns exec execs the receiver: same pid
@@ -151,45 +153,99 @@ each_flow() {
 		done
 	done
 }
+# dma_bytes and fallback_packets of netdevsim's receiving queues (queue 0,
+# or all NQUEUES), one "dma fb" line per queue.
+nsim_rx_stats() {
+	local q line
+	for q in $(seq 0 $((${NQUEUES:-1} - 1))); do
+		line=$(hds_stats 1 "$q")
+		echo "$(stat_get "$line" dma_bytes) $(stat_get "$line" fallback_packets)"
+	done
+}
 measure() {
-	local m=$1 bs=$2 base=${1%@b} before after dma fb
+	local m=$1 bs=$2 base=${1%@b} before after dma fb perq
 	case $base in
 	zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
 	esac
-	before=$(hds_stats 1 0)
+	before=$(nsim_rx_stats)
 	one_run "$base" "$bs"
-	after=$(hds_stats 1 0)
-	dma=$(( $(stat_get "$after" dma_bytes) - $(stat_get "$before" dma_bytes) ))
-	fb=$(( $(stat_get "$after" fallback_packets) - $(stat_get "$before" fallback_packets) ))
-	sed -e "s/}\$/,\"round\":$r,\"clock\":\"${BENCH_CLOCK:-wall}\",\"vcpus\":$(nproc),\"mtu\":$CUR_MTU,\"nsim_dma_bytes\":$dma,\"nsim_fallback_packets\":$fb}/" \
+	after=$(nsim_rx_stats)
+	# Per queue: bytes DMA'd in this run (where RSS put the flows).
+	perq=$(paste -d' ' <(echo "$before") <(echo "$after") | awk '{printf "%s%.0f", (NR > 1 ? "," : ""), $3 - $1}')
+	dma=$(echo "$perq" | tr ',' '\n' | awk '{s += $1} END {printf "%.0f", s}')
+	fb=$(paste -d' ' <(echo "$before") <(echo "$after") | awk '{s += $4 - $2} END {printf "%.0f", s}')
+	sed -e "s/}\$/,\"round\":$r,\"clock\":\"${BENCH_CLOCK:-wall}\",\"vcpus\":$(nproc),\"mtu\":$CUR_MTU,\"nsim_dma_bytes\":$dma,\"nsim_dma_bytes_per_queue\":[$perq],\"nsim_fallback_packets\":$fb}/" \
 		-e "s/\"mode\":\"$base\"/\"mode\":\"$m\"/" /tmp/bench-run.json | tee -a "$OUT"
 }
 # --scale: how the cost grows, zero-copy modes at the first buffer size:
 # with the sender's write size (one flow), then with the number of flows
 # sharing the queue (64 KiB writes; the 1-flow point is the write-size
-# series' 64 KiB one).
+# series' 64 KiB one), then with the number of bound queues (8 flows, 64
+# KiB writes, on a pair of 4-queue devices whose RSS spreads the flows
+# over the first 1, 2 or 4 queues: zcrx-rs binds them all to one context,
+# io_uring zcrx has an instance per queue). BENCH_SERIES picks series.
 scale_measure() {
 	local m=$1 bs=$2 series=$3
 	measure "$m" "$bs"
-	sed -i -e "\$s/}\$/,\"series\":\"$series\",\"write_size\":${WSIZE:-262144}}/" "$OUT"
+	sed -i -e "\$s/}\$/,\"series\":\"$series\",\"write_size\":${WSIZE:-262144},\"queues\":${QUEUES:-1}}/" "$OUT"
+}
+SERIES=${BENCH_SERIES:-write_size flows queues}
+has_series() {
+	case " $SERIES " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+# The rx queues of the receiving device that RSS spreads flows over.
+ETHTOOL=$ZCRX_CACHE/ethtool/root/usr/sbin/ethtool
+set_rss() {
+	ip netns exec nsa "$ETHTOOL" -X "$NSIM_A" equal "$1"
+}
+# A fresh device pair of $1 queues, set up as at the start.
+nsim_setup() {
+	nsim_down
+	nsim_up "$1"
+	NQUEUES=$1
+	hds_set nsa "$NSIM_A" on
+	ip netns exec nsa sh -c "echo 1 > /sys/class/net/$NSIM_A/threaded"
+	ip netns exec nsb sh -c "echo 1 > /sys/class/net/$NSIM_B/threaded"
+	unset CUR_MTU
 }
 if [ -n "${BENCH_SCALE:-}" ]; then
 	bs=${BUF_SIZES%% *}
 	set_mtu "$(mtu_of "$bs")"
 	for r in $(seq "$ROUNDS"); do
-		for WSIZE in 4096 65536 1048576; do
-			for m in $MODES; do
-				if is_zc "$m"; then FLOWS=1 scale_measure "$m" "$bs" write_size; fi
+		if has_series write_size; then
+			for WSIZE in 4096 65536 1048576; do
+				for m in $MODES; do
+					if is_zc "$m"; then FLOWS=1 scale_measure "$m" "$bs" write_size; fi
+				done
 			done
-		done
+		fi
 		WSIZE=65536
-		for FLOWS in 8 64; do
-			for m in $MODES; do
-				if is_zc "$m"; then scale_measure "$m" "$bs" flows; fi
+		if has_series flows; then
+			for FLOWS in 8 64; do
+				for m in $MODES; do
+					if is_zc "$m"; then scale_measure "$m" "$bs" flows; fi
+				done
 			done
-		done
+		fi
 		unset FLOWS WSIZE
 	done
+	if has_series queues; then
+		[ -x "$ETHTOOL" ] || { echo "no current ethtool at $ETHTOOL (scripts/toolchain.sh fetches it)" >&2; exit 1; }
+		use_module a
+		wait_module_idle > /dev/null
+		nsim_setup 4
+		set_mtu "$(mtu_of "$bs")"
+		for r in $(seq "$ROUNDS"); do
+			for QUEUES in 1 2 4; do
+				set_rss "$QUEUES"
+				for m in $MODES; do
+					if is_zc "$m"; then FLOWS=8 WSIZE=65536 scale_measure "$m" "$bs" queues; fi
+				done
+			done
+		done
+		unset QUEUES
+	fi
 else
 	for r in $(seq "$ROUNDS"); do
 		each_flow measure

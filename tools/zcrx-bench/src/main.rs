@@ -4,7 +4,7 @@
 //! zcrx-bench: one TCP flow, received four ways, measured the same way.
 //!
 //!   receiver: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P
-//!                        [--dev IFNAME --queue N] [--buf-size N] [--area MIB]
+//!                        [--dev IFNAME --queue N [--queues Q]] [--buf-size N] [--area MIB]
 //!                        [--cpu C] [-4|-6] [--json]
 //!   sender:   zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C]
 //!   summary:  zcrx-bench --report RESULTS.jsonl
@@ -14,6 +14,11 @@
 //! own thread (user + system, which with tick-based accounting includes the
 //! softirqs that ran on top of it) plus that CPU's ksoftirqd. Both come from
 //! the scheduler's runtime (getrusage, /proc/PID/stat), which is exact.
+//! For the report's breakdown it also reads, over the same window, the
+//! CPU-time clocks of the NAPI threads (those of `--dev` and the others)
+//! and of the sender (the one other zcrx-bench process; the sender shuts
+//! its connections down after the last byte and waits, up to a minute, for
+//! the receiver to close them, so that its clock can still be read).
 //! The per-CPU tick counts of /proc/stat are reported too (`stat_cpu_secs`)
 //! but not used: under TCG the tick lands in idle far more often than its
 //! share (a run with 0.106 s of receiver runtime showed 0.02 s there).
@@ -102,9 +107,13 @@ struct Opts {
     mode: Mode,
     dev: Option<String>,
     queue: u32,
+    /// Rx queues bound from `queue` on (the zero-copy modes).
+    queues: u32,
     cpu: Option<usize>,
     v6: bool,
     json: bool,
+    /// Measure the receiver's CPU time inside its receive system calls.
+    split: bool,
     bytes: Option<u64>,
     secs: Option<f64>,
     rcvlowat: u32,
@@ -125,9 +134,12 @@ fn usage() -> ! {
          \x20      zcrx-bench --report RESULTS.jsonl\n\
          \x20 --buf-size N  zero-copy modes: bytes per buffer (4096, 32768, 32k, ..; default a page);\n\
          \x20               larger than a page: a hugetlbfs area (reserve /proc/sys/vm/nr_hugepages)\n\
-         \x20 --area MIB    zero-copy modes: the area (default 64)\n\
+         \x20 --area MIB    zero-copy modes: the area (default 64; io_uring zcrx: per queue)\n\
+         \x20 --queues Q    zero-copy modes: bind queues N..N+Q-1 (zcrx-rs: one context, one area;\n\
+         \x20               io_uring zcrx: one instance per queue); RSS spreads the flows\n\
          \x20 --flows N     both sides: N concurrent connections (1-{MAX_FLOWS}; -n is the total)\n\
-         \x20 --write-size N  sender: bytes per write() (default 256k)"
+         \x20 --write-size N  sender: bytes per write() (default 256k)\n\
+         \x20 --split      receiver: also measure its CPU time inside receive system calls (in_calls_secs)"
     );
     exit(2);
 }
@@ -145,9 +157,11 @@ fn parse() -> Opts {
         mode: Mode::Copy,
         dev: None,
         queue: 0,
+        queues: 1,
         cpu: None,
         v6: true,
         json: false,
+        split: false,
         bytes: None,
         secs: None,
         rcvlowat: 0,
@@ -166,10 +180,12 @@ fn parse() -> Opts {
             "--mode" => o.mode = Mode::parse(&v()).unwrap_or_else(|| usage()),
             "--dev" => o.dev = Some(v()),
             "--queue" => o.queue = v().parse().unwrap_or_else(|_| usage()),
+            "--queues" => o.queues = v().parse().ok().filter(|&n| (1..=64).contains(&n)).unwrap_or_else(|| usage()),
             "--cpu" => o.cpu = Some(v().parse().unwrap_or_else(|_| usage())),
             "-4" => o.v6 = false,
             "-6" => o.v6 = true,
             "--json" => o.json = true,
+            "--split" => o.split = true,
             "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
             "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
             "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
@@ -244,6 +260,96 @@ fn thread_cpu() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// Scheduler runtime (exact: the CPU-time clock of each thread,
+/// `clock_getcpuclockid`) of the kernel's NAPI threads, in seconds: those of
+/// device `dev` (comm `napi/DEV-ID`) and all others. With threaded NAPI the
+/// receive side of a device runs there: netdevsim's emulated DMA, GRO, the
+/// page pool's allocations, TCP's receive up to the socket's queue.
+fn napi_secs(dev: Option<&str>) -> (f64, f64) {
+    let (mut mine, mut other) = (0u64, 0u64);
+    let Ok(dir) = std::fs::read_dir("/proc") else { return (0.0, 0.0) };
+    // comm is cut to 15 bytes: match the device name as far as it goes.
+    let want = dev.map(|d| format!("napi/{d}-"));
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
+        let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else { continue };
+        let comm = comm.trim_end();
+        if !comm.starts_with("napi/") {
+            continue;
+        }
+        let mut clk: libc::clockid_t = 0;
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: both calls write only into the live locals they are given.
+        let ok = unsafe { libc::clock_getcpuclockid(pid, &mut clk) == 0 && libc::clock_gettime(clk, &mut ts) == 0 };
+        if !ok {
+            continue; // the thread went away meanwhile
+        }
+        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        match &want {
+            Some(w) if w.starts_with(comm) || comm.starts_with(w.as_str()) => mine += ns,
+            _ => other += ns,
+        }
+    }
+    (mine as f64 / 1e9, other as f64 / 1e9)
+}
+
+/// `--split`: the receiver's CPU time inside its receive system calls
+/// (read, recv, the RECV ioctl, epoll_wait, io_uring_enter), in ns; 0 when
+/// not asked for. Two clock_gettime(CLOCK_THREAD_CPUTIME_ID) calls per
+/// system call, so a diagnostic: the main numbers run without it.
+static IN_CALLS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes into the live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs `f` (a receive system call), adding its CPU time to
+/// [`IN_CALLS_NS`] under `--split`.
+#[inline]
+pub(crate) fn in_call<T>(f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::Ordering::Relaxed;
+    if !SPLIT.load(Relaxed) {
+        return f();
+    }
+    let t = thread_cpu_ns();
+    let r = f();
+    IN_CALLS_NS.fetch_add(thread_cpu_ns() - t, Relaxed);
+    r
+}
+
+/// The sender: the one other zcrx-bench process on the system (the bench
+/// runs one), as the CPU-time clock of its whole thread group (threads
+/// that ended included), or None if there is not exactly one.
+fn sender_clock() -> Option<libc::clockid_t> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // "PID (COMM) STATE ...": zombies (ended, not yet reaped) do not count.
+        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") ")) else { continue };
+        if pid != me && name == "zcrx-bench" && !rest.starts_with('Z') {
+            found.push(pid);
+        }
+    }
+    let [pid] = found[..] else { return None };
+    let mut clk: libc::clockid_t = 0;
+    // SAFETY: writes into the live local.
+    (unsafe { libc::clock_getcpuclockid(pid, &mut clk) } == 0).then_some(clk)
+}
+
+/// The time of CPU-time clock `clk` in seconds, if it still exists.
+fn clock_secs(clk: libc::clockid_t) -> Option<f64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes into the live local.
+    (unsafe { libc::clock_gettime(clk, &mut ts) } == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
 /// Checks the sampled bytes of the stream: `CHECK_LEN` bytes from every
 /// multiple of `CHECK_EVERY`, also where a sample spans two records.
 struct Sampler {
@@ -281,6 +387,18 @@ fn ifindex(dev: &Option<String>) -> u32 {
     zcrx::sys::ifindex(d).unwrap_or_else(|e| die(&format!("no interface {d}"), e))
 }
 
+/// The NAPI id of each bound queue, in order (empty with one queue: every
+/// connection is on it).
+fn napi_ids(o: &Opts) -> Vec<u32> {
+    if o.queues < 2 || o.mode != Mode::IouringZcrx {
+        return Vec::new();
+    }
+    let idx = ifindex(&o.dev);
+    (o.queue..o.queue + o.queues)
+        .map(|q| zcrx::netdev::rx_queue_napi_id(idx, q).unwrap_or_else(|e| die("netdev queue-get", e)))
+        .collect()
+}
+
 fn server(o: &Opts) {
     let cpu = o.cpu.unwrap_or(1);
     zcrx::sys::pin_to_cpu(cpu).unwrap_or_else(|e| die("sched_setaffinity", e));
@@ -307,6 +425,9 @@ fn server(o: &Opts) {
             let reg = if bs == page { 0 } else { bs };
             z.register_area_with(area, reg, huge).unwrap_or_else(|e| die(&what("register area"), e));
             z.bind(ifindex(&o.dev), o.queue, 0).unwrap_or_else(|e| die(&what("bind"), e));
+            for q in o.queue + 1..o.queue + o.queues {
+                z.add_queue(ifindex(&o.dev), q).unwrap_or_else(|e| die(&format!("add rx queue {q}"), e));
+            }
             if o.mode == Mode::ZcrxRsCopy {
                 z.unbind().unwrap_or_else(|e| die("unbind", e));
             }
@@ -316,7 +437,8 @@ fn server(o: &Opts) {
         Mode::IouringZcrx => {
             let bufs = (area / bs) as u32;
             let rx_buf_len = if bs == page { 0 } else { bs as u32 };
-            let r = uring::ZcrxRing::new(ifindex(&o.dev), o.queue, area, bufs, rx_buf_len, huge)
+            let queues: Vec<u32> = (o.queue..o.queue + o.queues).collect();
+            let r = uring::ZcrxRing::new(ifindex(&o.dev), &queues, area, bufs, rx_buf_len, huge)
                 .unwrap_or_else(|e| die(&what("io_uring zcrx"), e));
             buf_size = r.buf_size();
             ring = Some(r);
@@ -356,22 +478,29 @@ fn server(o: &Opts) {
         })
         .collect();
     let mut smp = Sampler::new(SEED);
-    let ((c0, si0), k0, r0, t0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), Instant::now());
+    SPLIT.store(o.split, std::sync::atomic::Ordering::Relaxed);
+    let sender = sender_clock();
+    let s0 = sender.and_then(clock_secs);
+    let ((c0, si0), k0, r0, n0, t0) =
+        (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), napi_secs(o.dev.as_deref()), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
     let (mut total, mut copied, mut calls) = (0u64, 0u64, 0u64);
     let mut s: &TcpStream = &socks[0];
-    if o.flows > 1 {
-        let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut());
+    // Several queues: the many-flow loops, which know which queue a flow is on.
+    let multi = o.flows > 1 || o.queues > 1;
+    if multi {
+        let napi = napi_ids(o);
+        let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut(), &napi);
         (total, copied, calls, smp.checked) = (m.total, m.copied, m.calls, m.checked);
     }
     match o.mode {
-        _ if o.flows > 1 => {}
+        _ if multi => {}
         Mode::Copy => {
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 calls += 1;
-                let n = s.read(&mut buf).unwrap_or_else(|e| die("read", e));
+                let n = in_call(|| s.read(&mut buf)).unwrap_or_else(|e| die("read", e));
                 if n == 0 {
                     break;
                 }
@@ -385,7 +514,7 @@ fn server(o: &Opts) {
             loop {
                 calls += 1;
                 // SAFETY: recv into our buffer; MSG_TRUNC makes TCP drop the data.
-                let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) };
+                let n = in_call(|| unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) });
                 if n < 0 {
                     die("recv(MSG_TRUNC)", io::Error::last_os_error());
                 }
@@ -400,7 +529,7 @@ fn server(o: &Opts) {
             let mut recs = vec![Rec::default(); 1024];
             loop {
                 calls += 1;
-                let got = match z.recv(s.as_raw_fd(), &mut recs, 0) {
+                let got = match in_call(|| z.recv(s.as_raw_fd(), &mut recs, 0)) {
                     Ok(g) => g,
                     Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
                     Err(e) => die("zcrx recv", e),
@@ -464,6 +593,13 @@ fn server(o: &Opts) {
     }
     let secs = t0.elapsed().as_secs_f64();
     let rus = thread_cpu() - r0;
+    let n1 = napi_secs(o.dev.as_deref());
+    // The sender waits for us to close its connections (see `client`).
+    let sender_secs = match (sender.and_then(clock_secs), s0) {
+        (Some(a), Some(b)) => format!("\"sender_cpu_secs\":{:.4},", a - b),
+        _ => String::new(),
+    };
+    let (napi_dev, napi_other) = (n1.0 - n0.0, n1.1 - n0.1);
     let ksi = ksoftirqd_secs(cpu) - k0;
     let (c1, si1) = cpu_stat(cpu);
     let stat_cpu = c1 - c0;
@@ -473,12 +609,18 @@ fn server(o: &Opts) {
         "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
          \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
          \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\
-         \"verified_bytes\":{},\"rcvlowat\":{rcvlowat},\"rcvbuf\":{},\"flows\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
+         \"verified_bytes\":{},\"napi_dev_secs\":{napi_dev:.4},\"napi_other_secs\":{napi_other:.4},{sender_secs}{}\"rcvlowat\":{rcvlowat},\"rcvbuf\":{},\"flows\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
         o.mode.name(),
         total as f64 * 8.0 / secs / 1e9,
         cpu_secs / gib.max(1e-12),
         si1 - si0,
         smp.checked,
+        if o.split {
+            let ns = IN_CALLS_NS.load(std::sync::atomic::Ordering::Relaxed);
+            format!("\"in_calls_secs\":{:.4},", ns as f64 / 1e9)
+        } else {
+            String::new()
+        },
         rcvbuf.unwrap_or(0),
         o.flows,
         if buf_size > 0 { area } else { 0 }
@@ -548,6 +690,13 @@ fn client(o: &Opts) {
                     s.write_all(buf).unwrap_or_else(|e| die("send", e));
                     off += buf.len() as u64;
                 }
+                // End of stream; then stay until the receiver closes (at
+                // most a minute), so that it can read this process's CPU
+                // time at its end.
+                s.shutdown(std::net::Shutdown::Write).unwrap_or_else(|e| die("shutdown", e));
+                let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+                let mut b = [0u8; 1];
+                while matches!(s.read(&mut b), Ok(n) if n > 0) {}
             })
         })
         .collect();

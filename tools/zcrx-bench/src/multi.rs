@@ -6,8 +6,10 @@
 //! make one non-blocking receive call per ready connection (`SO_RCVLOWAT`
 //! applies: a connection is ready once that much is queued, or at its
 //! end); io_uring zcrx has one multishot `RECV_ZC` per connection on its
-//! ring, told apart by their tags. Every connection's stream is checked
-//! against the pattern from its own offset 0, as with one flow.
+//! ring, told apart by their tags, each on the zcrx instance of the rx queue
+//! its packets arrive on (`SO_INCOMING_NAPI_ID`; with several queues bound,
+//! RSS decides). Every connection's stream is checked against the pattern
+//! from its own offset 0, as with one flow.
 
 use std::io::{self, Read};
 use std::net::TcpStream;
@@ -37,12 +39,20 @@ struct Flow<'a> {
 }
 
 /// Receives every connection of `socks` to its end.
-pub fn receive(mode: Mode, socks: &[TcpStream], zc: Option<&mut Zcrx>, ring: Option<&mut ZcrxRing>) -> Totals {
+/// `napi`: the NAPI id of each bound queue, in order (io_uring zcrx with
+/// several queues; empty: all on the first).
+pub fn receive(
+    mode: Mode,
+    socks: &[TcpStream],
+    zc: Option<&mut Zcrx>,
+    ring: Option<&mut ZcrxRing>,
+    napi: &[u32],
+) -> Totals {
     let mut flows: Vec<Flow<'_>> =
         socks.iter().map(|s| Flow { s, smp: Sampler::new(SEED), off: 0, done: false }).collect();
     let mut t = Totals { total: 0, copied: 0, calls: 0, checked: 0 };
     match mode {
-        Mode::IouringZcrx => uring(&mut flows, ring.expect("set up"), &mut t),
+        Mode::IouringZcrx => uring(&mut flows, ring.expect("set up"), napi, &mut t),
         _ => polled(mode, &mut flows, zc, &mut t),
     }
     t.total = flows.iter().map(|f| f.off).sum();
@@ -75,7 +85,7 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
         // SAFETY: `evs` has room for `evs.len()` events.
         // Not a performance bound: data that stopped coming (a stall) ends
         // the run with an error instead of waiting for the VM's timeout.
-        let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 120_000) };
+        let n = crate::in_call(|| unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 120_000) });
         if n == 0 {
             let left: Vec<String> =
                 flows.iter().enumerate().filter(|(_, f)| !f.done).map(|(i, f)| format!("{i}@{}", f.off)).collect();
@@ -95,7 +105,7 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
             }
             t.calls += 1;
             let got = match mode {
-                Mode::Copy => match f.s.read(&mut buf) {
+                Mode::Copy => match crate::in_call(|| f.s.read(&mut buf)) {
                     Ok(n) => {
                         f.smp.check(f.off, &buf[..n]);
                         t.copied += n as u64;
@@ -106,9 +116,9 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
                 },
                 Mode::Trunc => {
                     // SAFETY: recv into our buffer; MSG_TRUNC makes TCP drop the data.
-                    let n = unsafe {
+                    let n = crate::in_call(|| unsafe {
                         libc::recv(f.s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC | libc::MSG_DONTWAIT)
-                    };
+                    });
                     if n < 0 {
                         let e = io::Error::last_os_error();
                         if e.kind() != io::ErrorKind::WouldBlock {
@@ -121,7 +131,7 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
                 }
                 Mode::ZcrxRs | Mode::ZcrxRsCopy => {
                     let z = zc.as_deref_mut().expect("set up");
-                    match z.recv(f.s.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT) {
+                    match crate::in_call(|| z.recv(f.s.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT)) {
                         Ok(g) => {
                             let mut off = f.off;
                             for r in &recs[..g.records] {
@@ -154,10 +164,24 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
     }
 }
 
-/// One multishot `RECV_ZC` per connection, tagged with its index.
-fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, t: &mut Totals) {
+/// The index in `napi` of the queue connection `s` arrives on (0 if
+/// `napi` is empty).
+fn queue_of(s: &TcpStream, napi: &[u32]) -> usize {
+    if napi.is_empty() {
+        return 0;
+    }
+    let id = zcrx::sys::incoming_napi_id(s).unwrap_or_else(|e| die("SO_INCOMING_NAPI_ID", e));
+    napi.iter().position(|&n| n == id).unwrap_or_else(|| {
+        die("SO_INCOMING_NAPI_ID", format!("connection on NAPI {id}, not one of the bound queues' {napi:?}"))
+    })
+}
+
+/// One multishot `RECV_ZC` per connection, tagged with its index, on the
+/// instance of its queue.
+fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, napi: &[u32], t: &mut Totals) {
+    let ifq: Vec<usize> = flows.iter().map(|f| queue_of(f.s, napi)).collect();
     for (i, f) in flows.iter().enumerate() {
-        r.recv_multishot_tagged(f.s.as_raw_fd(), i as u64).unwrap_or_else(|e| die("RECV_ZC", e));
+        r.recv_multishot_tagged(f.s.as_raw_fd(), i as u64, ifq[i]).unwrap_or_else(|e| die("RECV_ZC", e));
     }
     let mut open = flows.len();
     let mut done = Vec::new();
@@ -200,7 +224,7 @@ fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, t: &mut Totals) {
         }
         for i in rearm.drain(..) {
             if !flows[i].done {
-                r.recv_multishot_tagged(flows[i].s.as_raw_fd(), i as u64).unwrap_or_else(|e| die("RECV_ZC", e));
+                r.recv_multishot_tagged(flows[i].s.as_raw_fd(), i as u64, ifq[i]).unwrap_or_else(|e| die("RECV_ZC", e));
             }
         }
     }

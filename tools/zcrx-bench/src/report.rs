@@ -13,7 +13,17 @@ use crate::chart;
 pub fn fields(line: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     let body = line.trim().trim_start_matches('{').trim_end_matches('}');
-    for kv in body.split(',') {
+    // Commas inside an array (`[1,2]`) do not end a field.
+    let mut depth = 0;
+    let parts = body.split(|c| {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ => {}
+        }
+        c == ',' && depth == 0
+    });
+    for kv in parts {
         let Some((k, v)) = kv.split_once(':') else { continue };
         m.insert(k.trim().trim_matches('"').to_string(), v.trim().trim_matches('"').to_string());
     }
@@ -266,6 +276,8 @@ pub fn report(path: &str) -> Result<(), String> {
         }
     }
 
+    breakdown(&runs, &keys);
+
     let jnum = |v: f64| if v.is_finite() { format!("{v:.4}") } else { "null".into() };
     let jopt = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
     let mut json = String::from("{\"rows\":[");
@@ -302,10 +314,97 @@ pub fn report(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Where each mode's run time went, per GiB (medians): the receiver (its
+/// thread and ksoftirqd), the NAPI threads of the receiving device
+/// (netdevsim's emulated DMA, GRO, page-pool allocations, TCP up to the
+/// socket), the other NAPI threads (the sending device: ACKs), the sender
+/// (writes, the transmit path in its context), and the rest. On one vCPU
+/// the parts share the CPU, so they add up to the run's time and a mode's
+/// throughput is set by their sum; the rest is what ran in no measured
+/// context (interrupts, timers) and idle time. Printed only for results
+/// that carry the NAPI and sender fields.
+fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
+    let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
+    if !runs.iter().any(|r| r.contains_key("napi_dev_secs") && r.contains_key("sender_cpu_secs")) {
+        return;
+    }
+    println!();
+    println!(
+        "| where the time went, s/GiB (medians) | buffer | MTU | run time | receiver | NAPI, receiving device | NAPI, sending device | sender | rest |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for k in keys {
+        let rs: Vec<_> = runs.iter().filter(|r| key_of(r).as_ref() == Some(k)).collect();
+        let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
+            median(
+                rs.iter()
+                    .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
+                    .collect(),
+            )
+        };
+        let total = per_gib(&|r| num(r, "secs"));
+        let rx = per_gib(&|r| num(r, "cpu_secs"));
+        let dev = per_gib(&|r| num(r, "napi_dev_secs"));
+        let other = per_gib(&|r| num(r, "napi_other_secs"));
+        let snd = per_gib(&|r| num(r, "sender_cpu_secs"));
+        let rest = per_gib(&|r| {
+            Some(
+                num(r, "secs")?
+                    - num(r, "cpu_secs")?
+                    - num(r, "napi_dev_secs")?
+                    - num(r, "napi_other_secs")?
+                    - num(r, "sender_cpu_secs")?,
+            )
+        });
+        if !total.is_finite() || !dev.is_finite() {
+            continue;
+        }
+        println!(
+            "| {} | {} | {} | {total:.4} | {rx:.4} | {dev:.4} | {other:.4} | {snd:.4} | {rest:.4} |",
+            k.mode,
+            size_label(k.buf),
+            k.mtu.map_or("-".into(), |m| m.to_string())
+        );
+    }
+    // --split: the receiver's CPU inside and outside its receive calls.
+    if !runs.iter().any(|r| r.contains_key("in_calls_secs")) {
+        return;
+    }
+    println!();
+    println!(
+        "| receiver CPU, split (medians) | buffer | MTU | s/GiB | in receive calls | outside (user code) | ns per 4 KiB in calls | ns per 4 KiB outside |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for k in keys {
+        let rs: Vec<_> = runs.iter().filter(|r| key_of(r).as_ref() == Some(k) && r.contains_key("in_calls_secs")).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let per = |unit: f64, f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
+            median(rs.iter().filter_map(|r| Some(f(r)? / (num(r, "bytes")? / unit).max(1e-12))).collect())
+        };
+        let gib = (1u64 << 30) as f64;
+        let inside = |r: &BTreeMap<String, String>| num(r, "in_calls_secs");
+        let outside = |r: &BTreeMap<String, String>| Some(num(r, "cpu_secs")? - num(r, "in_calls_secs")?);
+        println!(
+            "| {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.0} | {:.0} |",
+            k.mode,
+            size_label(k.buf),
+            k.mtu.map_or("-".into(), |m| m.to_string()),
+            per(gib, &|r| num(r, "cpu_secs")),
+            per(gib, &inside),
+            per(gib, &outside),
+            per(4096.0, &inside) * 1e9,
+            per(4096.0, &outside) * 1e9
+        );
+    }
+}
+
 /// The x values of each series of `--scale` runs.
-const SERIES: [(&str, &str, [u64; 3]); 2] = [
+const SERIES: [(&str, &str, [u64; 3]); 3] = [
     ("write_size", "sender's write size (1 flow)", [4096, 65536, 1 << 20]),
     ("flows", "flows on the queue (64 KiB writes)", [1, 8, 64]),
+    ("queues", "bound queues, RSS (8 flows, 64 KiB writes)", [1, 2, 4]),
 ];
 
 /// `--scale` results: per series, per x value, per mode the medians of
@@ -325,16 +424,35 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
     let bufs: Vec<u64> = runs.iter().filter_map(|r| num(r, "buf_size")).map(|b| b as u64).collect();
     let buf = bufs.first().copied().unwrap_or(0);
     // The runs of a point: the flows series' 1-flow point is the
-    // write-size series' run at 64 KiB.
+    // write-size series' run at 64 KiB; the queues series ran on devices
+    // of its own (4 queues), so its runs count for it alone.
     let at = |series: &str, x: u64, mode: &str| -> Vec<&BTreeMap<String, String>> {
-        let (flows, ws) = if series == "flows" { (x, 65536) } else { (1, x) };
+        let (flows, ws, queues) = match series {
+            "flows" => (x, 65536, 1),
+            "queues" => (8, 65536, x),
+            _ => (1, x, 1),
+        };
         runs.iter()
             .filter(|r| {
                 r.get("mode").map(|m| m.as_str()) == Some(mode)
+                    && (r.get("series").map(|s| s.as_str()) == Some("queues")) == (series == "queues")
                     && num(r, "flows").map(|f| f as u64) == Some(flows)
                     && num(r, "write_size").map(|w| w as u64) == Some(ws)
+                    && num(r, "queues").map_or(1, |q| q as u64) == queues
             })
             .collect()
+    };
+    // The busiest queue's share of a run's bytes (the queues series: how
+    // evenly RSS spread the flows), from netdevsim's per-queue counters.
+    let busiest = |r: &BTreeMap<String, String>| -> Option<f64> {
+        let v: Vec<f64> = r
+            .get("nsim_dma_bytes_per_queue")?
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect();
+        let sum: f64 = v.iter().sum();
+        (sum > 0.0).then(|| v.iter().copied().fold(0.0, f64::max) / sum)
     };
     let med = |rs: &[&BTreeMap<String, String>], k: &str| -> Option<f64> {
         let v: Vec<f64> = rs.iter().filter_map(|r| num(r, k)).collect();
@@ -344,12 +462,29 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
     let fmt = |v: Option<f64>, p: usize| v.map_or("n/a".into(), |v| format!("{v:.p$}"));
     let mut json = format!("{{\"buf_size\":{buf},\"series\":[");
     let mut panels = Vec::new();
-    for (si, (series, title, xs)) in SERIES.iter().enumerate() {
+    let mut si = 0;
+    for (series, title, xs) in SERIES.iter() {
+        // Results from before a series existed: no table, no panel.
+        if xs.iter().all(|&x| modes.iter().all(|m| at(series, x, m).is_empty())) {
+            continue;
+        }
         println!("{title}, {} buffers:\n", size_label(buf));
         let head: Vec<String> = modes.iter().map(|m| format!("{m} CPU/GiB (s), runs")).collect();
         let gh: Vec<String> = modes.iter().map(|m| format!("{m} Gbit/s")).collect();
-        println!("| {} | {} | CPU zcrx-rs / iouring-zcrx | {} |", series.replace('_', " "), head.join(" | "), gh.join(" | "));
-        println!("|---|{}---|{}", "---|".repeat(modes.len()), "---|".repeat(modes.len()));
+        let spread_col = *series == "queues";
+        println!(
+            "| {} | {} | CPU zcrx-rs / iouring-zcrx | {} |{}",
+            series.replace('_', " "),
+            head.join(" | "),
+            gh.join(" | "),
+            if spread_col { " busiest queue's share of the bytes (median of all runs) |" } else { "" }
+        );
+        println!(
+            "|---|{}---|{}{}",
+            "---|".repeat(modes.len()),
+            "---|".repeat(modes.len()),
+            if spread_col { "---|" } else { "" }
+        );
         let mut cpu_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
         let mut gbps_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
         json.push_str(&format!(
@@ -383,7 +518,14 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "n/a".into(),
             };
-            println!("| {} | {} | {r} | {} |", label(series, x), cells.join(" | "), gcells.join(" | "));
+            let spread = if spread_col {
+                let all: Vec<f64> =
+                    modes.iter().flat_map(|m| at(series, x, m)).filter_map(&busiest).collect();
+                format!(" {} |", if all.is_empty() { "n/a".into() } else { format!("{:.0}%", median(all) * 100.0) })
+            } else {
+                String::new()
+            };
+            println!("| {} | {} | {r} | {} |{spread}", label(series, x), cells.join(" | "), gcells.join(" | "));
         }
         json.push_str("]}");
         println!();
@@ -391,6 +533,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
         let lines = |v: &[Vec<Option<f64>>]| -> Vec<chart::Line> {
             modes.iter().zip(v).map(|(m, v)| chart::Line { name: m.clone(), values: v.clone() }).collect()
         };
+        si += 1;
         panels.push((
             si,
             chart::Panel {
@@ -439,6 +582,14 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_arrays_whole() {
+        let f = fields(r#"{"a":1,"q":[3,4,5],"b":"x"}"#);
+        assert_eq!(f["q"], "[3,4,5]");
+        assert_eq!(f["b"], "x");
+        assert_eq!(f.len(), 3);
+    }
 
     #[test]
     fn parses_flat_objects() {

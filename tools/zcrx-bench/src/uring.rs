@@ -2,7 +2,9 @@
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! The in-tree io_uring zcrx, driven with raw syscalls (no liburing): one
-//! ring, one zcrx instance on one rx queue, one multishot `RECV_ZC`.
+//! ring with one zcrx instance per rx queue (each with its own area and
+//! refill ring: an instance serves one queue), a multishot `RECV_ZC` per
+//! connection on the instance of the queue its packets arrive on.
 //! The uAPI comes from the kernel's own header (`io_uring_sys.rs`, generated
 //! by scripts/gen-uapi.sh from the test kernel's installed headers).
 
@@ -78,7 +80,19 @@ fn atomic(p: *mut u32) -> &'static AtomicU32 {
     unsafe { &*(p as *const AtomicU32) }
 }
 
-/// An io_uring with a zcrx instance bound to one rx queue.
+/// One zcrx instance: an area and a refill ring, bound to one rx queue.
+struct Ifq {
+    area: Map,
+    _rq: Map,
+    rq_tail_ptr: *mut u32,
+    rqes: *mut io_uring_zcrx_rqe,
+    rq_mask: u32,
+    rq_tail: u32,
+    area_token: u64,
+    zcrx_id: u32,
+}
+
+/// An io_uring with zcrx instances bound to rx queues.
 pub struct ZcrxRing {
     fd: RawFd,
     _rings: Map,
@@ -91,17 +105,14 @@ pub struct ZcrxRing {
     cq_tail: *mut u32,
     cq_mask: u32,
     cqes: *mut u8,
-    area: Map,
-    rq: Map,
-    rq_tail_ptr: *mut u32,
-    rqes: *mut io_uring_zcrx_rqe,
-    rq_mask: u32,
-    rq_tail: u32,
-    area_token: u64,
-    zcrx_id: u32,
+    ifqs: Vec<Ifq>,
     /// The buffer size the kernel took (`rx_buf_len` as it answered).
     buf_size: usize,
 }
+
+/// Where a request's tag ends and its instance's index starts in
+/// `user_data`.
+const IFQ_SHIFT: u32 = 48;
 
 /// One completion of the multishot receive.
 pub struct Completion {
@@ -116,14 +127,25 @@ pub struct Completion {
     pub err: Option<i32>,
     /// The request's tag (see [`ZcrxRing::recv_multishot_tagged`]).
     pub tag: u64,
+    /// The zcrx instance of the request (index into the queues given to
+    /// [`ZcrxRing::new`]).
+    pub ifq: usize,
 }
 
 impl ZcrxRing {
-    /// Sets up the ring and registers `area_len` bytes of area and a refill
-    /// ring of `rq_entries` on queue `rxq` of `ifindex`. `rx_buf_len`: the
-    /// buffer size (0: a page); larger buffers must each be contiguous
-    /// (else `ERANGE`), so `huge` backs the area with hugetlbfs memory.
-    pub fn new(ifindex: u32, rxq: u32, area_len: usize, rq_entries: u32, rx_buf_len: u32, huge: bool) -> io::Result<Self> {
+    /// Sets up the ring and, for each queue of `rxqs` of `ifindex`, a zcrx
+    /// instance with an area of `area_len` bytes and a refill ring of
+    /// `rq_entries`. `rx_buf_len`: the buffer size (0: a page); larger
+    /// buffers must each be contiguous (else `ERANGE`), so `huge` backs
+    /// the areas with hugetlbfs memory.
+    pub fn new(
+        ifindex: u32,
+        rxqs: &[u32],
+        area_len: usize,
+        rq_entries: u32,
+        rx_buf_len: u32,
+        huge: bool,
+    ) -> io::Result<Self> {
         // The multishot request ends with -ENOSPC when the CQ ring is full
         // (the kernel's iou-zcrx selftest has 1024 entries); 4096 make that
         // rare, and the loop re-arms when it happens.
@@ -146,31 +168,7 @@ impl ZcrxRing {
         let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * 32;
         let rings = Map::new(fd, sq_len.max(cq_len), IORING_OFF_SQ_RING as u64)?;
         let sqes = Map::new(fd, p.sq_entries as usize * std::mem::size_of::<io_uring_sqe>(), IORING_OFF_SQES as u64)?;
-        let area = if huge { Map::huge(area_len)? } else { Map::new(-1, area_len, 0)? };
-        // The refill ring in our own memory (a user region).
-        let rq_len = (4096 + rq_entries as usize * std::mem::size_of::<io_uring_zcrx_rqe>()).next_multiple_of(4096);
-        let rq = Map::new(-1, rq_len, 0)?;
-        let mut region = io_uring_region_desc {
-            user_addr: rq.ptr as u64,
-            size: rq_len as u64,
-            flags: IORING_MEM_REGION_TYPE_USER,
-            ..Default::default()
-        };
-        let mut area_reg = io_uring_zcrx_area_reg { addr: area.ptr as u64, len: area_len as u64, ..Default::default() };
-        let mut reg = io_uring_zcrx_ifq_reg {
-            if_idx: ifindex,
-            if_rxq: rxq,
-            rq_entries,
-            area_ptr: &mut area_reg as *mut _ as u64,
-            region_ptr: &mut region as *mut _ as u64,
-            rx_buf_len,
-            ..Default::default()
-        };
-        // SAFETY: registering our structures with our ring.
-        cvt(unsafe {
-            libc::syscall(libc::SYS_io_uring_register, fd, io_uring_register_op_IORING_REGISTER_ZCRX_IFQ, &mut reg as *mut _, 1)
-        })?;
-        let ring = ZcrxRing {
+        let mut ring = ZcrxRing {
             fd,
             sq_head: rings.at(p.sq_off.head),
             sq_tail: rings.at(p.sq_off.tail),
@@ -182,31 +180,66 @@ impl ZcrxRing {
             cqes: rings.at(p.cq_off.cqes),
             _rings: rings,
             sqes,
-            rq_tail_ptr: rq.at(reg.offsets.tail),
-            rqes: rq.at(reg.offsets.rqes),
-            rq_mask: reg.rq_entries - 1,
-            rq,
-            area,
-            rq_tail: 0,
-            area_token: area_reg.rq_area_token,
-            zcrx_id: reg.zcrx_id,
+            ifqs: Vec::new(),
+            buf_size: 0,
+        };
+        for &rxq in rxqs {
+            let area = if huge { Map::huge(area_len)? } else { Map::new(-1, area_len, 0)? };
+            // The refill ring in our own memory (a user region).
+            let rq_len = (4096 + rq_entries as usize * std::mem::size_of::<io_uring_zcrx_rqe>()).next_multiple_of(4096);
+            let rq = Map::new(-1, rq_len, 0)?;
+            let mut region = io_uring_region_desc {
+                user_addr: rq.ptr as u64,
+                size: rq_len as u64,
+                flags: IORING_MEM_REGION_TYPE_USER,
+                ..Default::default()
+            };
+            let mut area_reg = io_uring_zcrx_area_reg { addr: area.ptr as u64, len: area_len as u64, ..Default::default() };
+            let mut reg = io_uring_zcrx_ifq_reg {
+                if_idx: ifindex,
+                if_rxq: rxq,
+                rq_entries,
+                area_ptr: &mut area_reg as *mut _ as u64,
+                region_ptr: &mut region as *mut _ as u64,
+                rx_buf_len,
+                ..Default::default()
+            };
+            // SAFETY: registering our structures with our ring.
+            cvt(unsafe {
+                libc::syscall(libc::SYS_io_uring_register, fd, io_uring_register_op_IORING_REGISTER_ZCRX_IFQ, &mut reg as *mut _, 1)
+            })
+            .map_err(|e| io::Error::new(e.kind(), format!("rx queue {rxq}: {e}")))?;
             // The kernel writes back the size it took; an older one may not.
-            buf_size: match reg.rx_buf_len {
+            ring.buf_size = match reg.rx_buf_len {
                 0 if rx_buf_len == 0 => zcrx::dev::page_size(),
                 0 => rx_buf_len as usize,
                 n => n as usize,
-            },
-        };
+            };
+            ring.ifqs.push(Ifq {
+                rq_tail_ptr: rq.at(reg.offsets.tail),
+                rqes: rq.at(reg.offsets.rqes),
+                rq_mask: reg.rq_entries - 1,
+                _rq: rq,
+                area,
+                rq_tail: 0,
+                area_token: area_reg.rq_area_token,
+                zcrx_id: reg.zcrx_id,
+            });
+        }
         Ok(ring)
     }
 
-    /// Queues a multishot `RECV_ZC` on socket `sock` and submits it.
+    /// Queues a multishot `RECV_ZC` on socket `sock` (on the first
+    /// instance) and submits it.
     pub fn recv_multishot(&mut self, sock: RawFd) -> io::Result<()> {
-        self.recv_multishot_tagged(sock, 2)
+        self.recv_multishot_tagged(sock, 2, 0)
     }
 
-    /// [`ZcrxRing::recv_multishot`] whose completions carry `tag`.
-    pub fn recv_multishot_tagged(&mut self, sock: RawFd, tag: u64) -> io::Result<()> {
+    /// [`ZcrxRing::recv_multishot`] on instance `ifq` (the socket's packets
+    /// must arrive on its queue, else the request fails with `EFAULT`),
+    /// whose completions carry `tag` (below 2^48).
+    pub fn recv_multishot_tagged(&mut self, sock: RawFd, tag: u64, ifq: usize) -> io::Result<()> {
+        let zcrx_id = self.ifqs[ifq].zcrx_id;
         let tail = atomic(self.sq_tail).load(Ordering::Relaxed);
         let idx = tail & self.sq_mask;
         let sqe = self.sqes.at::<io_uring_sqe>(idx * std::mem::size_of::<io_uring_sqe>() as u32);
@@ -216,8 +249,8 @@ impl ZcrxRing {
             (*sqe).opcode = io_uring_op_IORING_OP_RECV_ZC as u8;
             (*sqe).fd = sock;
             (*sqe).ioprio = IORING_RECV_MULTISHOT as u16;
-            (*sqe).__bindgen_anon_5.zcrx_ifq_idx = self.zcrx_id;
-            (*sqe).user_data = tag;
+            (*sqe).__bindgen_anon_5.zcrx_ifq_idx = zcrx_id;
+            (*sqe).user_data = (ifq as u64) << IFQ_SHIFT | tag;
             *self.sq_array.add(idx as usize) = idx;
         }
         atomic(self.sq_tail).store(tail.wrapping_add(1), Ordering::Release);
@@ -227,9 +260,9 @@ impl ZcrxRing {
     fn enter(&self, submit: u32, wait: u32) -> io::Result<()> {
         let flags = if wait > 0 { IORING_ENTER_GETEVENTS } else { 0 };
         // SAFETY: plain io_uring_enter on our ring.
-        cvt(unsafe {
+        cvt(crate::in_call(|| unsafe {
             libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, ptr::null::<u8>(), 0usize)
-        })
+        }))
         .map(|_| ())
     }
 
@@ -257,7 +290,8 @@ impl ZcrxRing {
                             off: off & !(IORING_ZCRX_AREA_MASK_VALUE),
                             more: flags & IORING_CQE_F_MORE != 0,
                             err: (res < 0).then_some(-res),
-                            tag,
+                            tag: tag & ((1 << IFQ_SHIFT) - 1),
+                            ifq: (tag >> IFQ_SHIFT) as usize,
                         },
                     );
                     h = h.wrapping_add(1);
@@ -273,7 +307,7 @@ impl ZcrxRing {
     pub fn data(&self, c: &Completion) -> &[u8] {
         // SAFETY: inside our area; the kernel does not write a buffer until
         // we give it back.
-        unsafe { std::slice::from_raw_parts(self.area.ptr.add(c.off as usize), c.len) }
+        unsafe { std::slice::from_raw_parts(self.ifqs[c.ifq].area.ptr.add(c.off as usize), c.len) }
     }
 
     /// The area's buffer size.
@@ -285,15 +319,16 @@ impl ZcrxRing {
     /// offset rounded down to the buffer's start: the kernel takes
     /// buffer indices, `off >> log2(rx_buf_len)`).
     pub fn refill(&mut self, c: &Completion) {
-        let idx = self.rq_tail & self.rq_mask;
+        let q = &mut self.ifqs[c.ifq];
+        let idx = q.rq_tail & q.rq_mask;
         let off = c.off & !(self.buf_size as u64 - 1);
         // SAFETY: the entry is ours until the tail moves past it; the ring
         // holds as many entries as the area has buffers.
         unsafe {
-            *self.rqes.add(idx as usize) = io_uring_zcrx_rqe { off: off | self.area_token, len: c.len as u32, __pad: 0 };
+            *q.rqes.add(idx as usize) = io_uring_zcrx_rqe { off: off | q.area_token, len: c.len as u32, __pad: 0 };
         }
-        self.rq_tail = self.rq_tail.wrapping_add(1);
-        atomic(self.rq_tail_ptr).store(self.rq_tail, Ordering::Release);
+        q.rq_tail = q.rq_tail.wrapping_add(1);
+        atomic(q.rq_tail_ptr).store(q.rq_tail, Ordering::Release);
     }
 }
 
@@ -302,8 +337,8 @@ const IORING_ZCRX_AREA_MASK_VALUE: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1)
 
 impl Drop for ZcrxRing {
     fn drop(&mut self) {
-        // SAFETY: our fd; closing the ring unregisters the zcrx instance.
+        // SAFETY: our fd; closing the ring unregisters the zcrx instances.
+        // The areas and refill rings are unmapped after it (field drops).
         unsafe { libc::close(self.fd) };
-        let _ = &self.rq;
     }
 }
