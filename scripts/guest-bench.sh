@@ -276,6 +276,12 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 			echo
 			perf report -q -i /tmp/perf.data --stdio --no-children --pid "$RX_PID" \
 				--percentage relative --sort sym --percent-limit 0.8
+			# The receiving device's NAPI threads (netdevsim's emulated
+			# DMA, GRO, the page pool's allocations): % of all samples.
+			echo
+			echo "NAPI threads of $NSIM_A:"
+			perf report -q -i /tmp/perf.data --stdio --no-children --sort comm,sym --percent-limit 0.2 |
+				grep "napi/$NSIM_A" || true
 		} > "$f" 2>&1 || true
 		echo "profile of $m: $f" >&2
 	}

@@ -552,11 +552,10 @@ fn server(o: &Opts) {
             r.recv_multishot(s.as_raw_fd()).unwrap_or_else(|e| die("RECV_ZC", e));
             let mut eof = false;
             while !eof {
-                let mut done = Vec::new();
                 let mut rearm = false;
                 let mut failed = None;
                 calls += 1;
-                r.complete(|r, c| {
+                r.complete_refill(|c, data| {
                     match c.err {
                         // The CQ ring filled up: the request ended; re-arm.
                         Some(libc::ENOSPC) => {
@@ -573,17 +572,13 @@ fn server(o: &Opts) {
                         eof = true;
                         return;
                     }
-                    smp.check(total, r.data(&c));
+                    smp.check(total, data);
                     total += c.len as u64;
                     rearm |= !c.more;
-                    done.push(c);
                 })
                 .unwrap_or_else(|e| die("io_uring_enter", e));
                 if let Some(e) = failed {
                     die("RECV_ZC", io::Error::from_raw_os_error(e));
-                }
-                for c in &done {
-                    r.refill(c);
                 }
                 if rearm && !eof {
                     r.recv_multishot(s.as_raw_fd()).unwrap_or_else(|e| die("RECV_ZC", e));

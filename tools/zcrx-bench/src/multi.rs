@@ -184,12 +184,11 @@ fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, napi: &[u32], t: &mut Totals)
         r.recv_multishot_tagged(f.s.as_raw_fd(), i as u64, ifq[i]).unwrap_or_else(|e| die("RECV_ZC", e));
     }
     let mut open = flows.len();
-    let mut done = Vec::new();
     let mut rearm = Vec::new();
     while open > 0 {
         t.calls += 1;
         let mut failed = None;
-        r.complete(|r, c| {
+        r.complete_refill(|c, data| {
             let f = &mut flows[c.tag as usize];
             match c.err {
                 // The CQ ring filled up: the request ended; re-arm.
@@ -208,19 +207,15 @@ fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, napi: &[u32], t: &mut Totals)
                 open -= 1;
                 return;
             }
-            f.smp.check(f.off, r.data(&c));
+            f.smp.check(f.off, data);
             f.off += c.len as u64;
             if !c.more {
                 rearm.push(c.tag as usize);
             }
-            done.push(c);
         })
         .unwrap_or_else(|e| die("io_uring_enter", e));
         if let Some(e) = failed {
             die("RECV_ZC", io::Error::from_raw_os_error(e));
-        }
-        for c in done.drain(..) {
-            r.refill(&c);
         }
         for i in rearm.drain(..) {
             if !flows[i].done {

@@ -97,7 +97,6 @@ pub struct ZcrxRing {
     fd: RawFd,
     _rings: Map,
     sqes: Map,
-    sq_head: *mut u32,
     sq_tail: *mut u32,
     sq_mask: u32,
     sq_array: *mut u32,
@@ -170,7 +169,6 @@ impl ZcrxRing {
         let sqes = Map::new(fd, p.sq_entries as usize * std::mem::size_of::<io_uring_sqe>(), IORING_OFF_SQES as u64)?;
         let mut ring = ZcrxRing {
             fd,
-            sq_head: rings.at(p.sq_off.head),
             sq_tail: rings.at(p.sq_off.tail),
             sq_mask: p.sq_entries - 1,
             sq_array: rings.at(p.sq_off.array),
@@ -266,69 +264,71 @@ impl ZcrxRing {
         .map(|_| ())
     }
 
-    /// Waits for at least one completion and calls `f` for each (errors
-    /// included: they end the multishot request).
-    pub fn complete(&mut self, mut f: impl FnMut(&Self, Completion)) -> io::Result<()> {
-        let _ = atomic(self.sq_head);
+    /// Waits for at least one completion, then handles all there are:
+    /// calls `f` with each and its bytes in the area (empty for an error or
+    /// the end of stream) and puts the buffer of each data completion on
+    /// its instance's refill ring as soon as `f` returns, the way a
+    /// receiver done with the data does; the refill rings' tails and the
+    /// CQ head are published once per call. The buffers are the kernel's
+    /// again after that: `f` must not keep the bytes.
+    pub fn complete_refill(&mut self, mut f: impl FnMut(&Completion, &[u8])) -> io::Result<()> {
         loop {
             let head = atomic(self.cq_head).load(Ordering::Relaxed);
             let tail = atomic(self.cq_tail).load(Ordering::Acquire);
-            if head != tail {
-                let mut h = head;
-                while h != tail {
-                    // SAFETY: CQE32 entries are 32 bytes, inside the ring.
-                    let cqe = unsafe { self.cqes.add(((h & self.cq_mask) * 32) as usize) };
-                    // SAFETY: as above; the zcrx CQE follows the plain one.
-                    let (res, flags, off, tag) = unsafe {
-                        let c = &*(cqe as *const io_uring_cqe);
-                        (c.res, c.flags, (*(cqe.add(16) as *const io_uring_zcrx_cqe)).off, c.user_data)
-                    };
-                    f(
-                        self,
-                        Completion {
-                            len: res.max(0) as usize,
-                            off: off & !(IORING_ZCRX_AREA_MASK_VALUE),
-                            more: flags & IORING_CQE_F_MORE != 0,
-                            err: (res < 0).then_some(-res),
-                            tag: tag & ((1 << IFQ_SHIFT) - 1),
-                            ifq: (tag >> IFQ_SHIFT) as usize,
-                        },
-                    );
-                    h = h.wrapping_add(1);
-                }
-                atomic(self.cq_head).store(h, Ordering::Release);
-                return Ok(());
+            if head == tail {
+                self.enter(0, 1)?;
+                continue;
             }
-            self.enter(0, 1)?;
+            let buf_mask = !(self.buf_size as u64 - 1);
+            let mut h = head;
+            while h != tail {
+                // SAFETY: CQE32 entries are 32 bytes, inside the ring, and
+                // ours until the head moves past them.
+                let cqe = unsafe { self.cqes.add(((h & self.cq_mask) * 32) as usize) };
+                // SAFETY: as above; the zcrx CQE follows the plain one.
+                let (res, flags, off, user_data) = unsafe {
+                    let c = &*(cqe as *const io_uring_cqe);
+                    (c.res, c.flags, (*(cqe.add(16) as *const io_uring_zcrx_cqe)).off, c.user_data)
+                };
+                let c = Completion {
+                    len: res.max(0) as usize,
+                    off: off & !(IORING_ZCRX_AREA_MASK_VALUE),
+                    more: flags & IORING_CQE_F_MORE != 0,
+                    err: (res < 0).then_some(-res),
+                    tag: user_data & ((1 << IFQ_SHIFT) - 1),
+                    ifq: (user_data >> IFQ_SHIFT) as usize,
+                };
+                h = h.wrapping_add(1);
+                if res <= 0 {
+                    f(&c, &[]);
+                    continue;
+                }
+                let q = &mut self.ifqs[c.ifq];
+                // SAFETY: the kernel's completion points inside this
+                // instance's area, and does not write the buffer until it
+                // is given back below, after `f` is done with it.
+                let data = unsafe { std::slice::from_raw_parts(q.area.ptr.add(c.off as usize), c.len) };
+                f(&c, data);
+                let idx = q.rq_tail & q.rq_mask;
+                // SAFETY: the entry is ours until the tail moves past it; the
+                // ring holds as many entries as the area has buffers.
+                unsafe {
+                    *q.rqes.add(idx as usize) =
+                        io_uring_zcrx_rqe { off: (c.off & buf_mask) | q.area_token, len: c.len as u32, __pad: 0 };
+                }
+                q.rq_tail = q.rq_tail.wrapping_add(1);
+            }
+            atomic(self.cq_head).store(h, Ordering::Release);
+            for q in &self.ifqs {
+                atomic(q.rq_tail_ptr).store(q.rq_tail, Ordering::Release);
+            }
+            return Ok(());
         }
-    }
-
-    /// The bytes of a completion.
-    pub fn data(&self, c: &Completion) -> &[u8] {
-        // SAFETY: inside our area; the kernel does not write a buffer until
-        // we give it back.
-        unsafe { std::slice::from_raw_parts(self.ifqs[c.ifq].area.ptr.add(c.off as usize), c.len) }
     }
 
     /// The area's buffer size.
     pub fn buf_size(&self) -> usize {
         self.buf_size
-    }
-
-    /// Gives a completion's buffer back through the refill ring (its
-    /// offset rounded down to the buffer's start: the kernel takes
-    /// buffer indices, `off >> log2(rx_buf_len)`).
-    pub fn refill(&mut self, c: &Completion) {
-        let q = &mut self.ifqs[c.ifq];
-        let idx = q.rq_tail & q.rq_mask;
-        let off = c.off & !(self.buf_size as u64 - 1);
-        // SAFETY: the entry is ours until the tail moves past it; the ring
-        // holds as many entries as the area has buffers.
-        unsafe {
-            *q.rqes.add(idx as usize) = io_uring_zcrx_rqe { off: off | q.area_token, len: c.len as u32, __pad: 0 };
-        }
-        q.rq_tail = q.rq_tail.wrapping_add(1);
-        atomic(q.rq_tail_ptr).store(q.rq_tail, Ordering::Release);
     }
 }
 
