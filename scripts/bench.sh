@@ -144,7 +144,7 @@ if [ -n "$icount" ]; then
 fi
 case $cpus in 1|2) ;; *) die "--cpus: 1 or 2" ;; esac
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 7200 --cpus "$cpus" --rwdir "$D" "${vm_opts[@]}" -- \
-	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_SERIES="$series" BENCH_SPLIT="$split" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" \
+	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_SERIES="$series" BENCH_SPLIT="$split" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" BENCH_PROFILE_HZ="${BENCH_PROFILE_HZ:-}" \
 	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_BUF_SIZES="$buf_sizes" \
 	BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?

@@ -365,6 +365,9 @@ impl Sampler {
     }
 
     /// `data`: the stream's bytes from offset `off` (in order, no gaps).
+    /// Inline: every mode's loop calls it once per record or completion,
+    /// and the compiler inlined it into some loops and not into others.
+    #[inline]
     fn check(&mut self, off: u64, data: &[u8]) {
         let end = off + data.len() as u64;
         while self.next < end {
