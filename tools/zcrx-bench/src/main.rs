@@ -365,9 +365,8 @@ impl Sampler {
     }
 
     /// `data`: the stream's bytes from offset `off` (in order, no gaps).
-    /// Inline: every mode's loop calls it once per record or completion,
-    /// and the compiler inlined it into some loops and not into others.
-    #[inline]
+    /// The compiler decides about inlining: forced inline, the io_uring
+    /// loop needed 21 instructions more per completion (--split).
     fn check(&mut self, off: u64, data: &[u8]) {
         let end = off + data.len() as u64;
         while self.next < end {
