@@ -404,7 +404,7 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
 const SERIES: [(&str, &str, [u64; 3]); 3] = [
     ("write_size", "sender's write size (1 flow)", [4096, 65536, 1 << 20]),
     ("flows", "flows on the queue (64 KiB writes)", [1, 8, 64]),
-    ("queues", "bound queues, RSS (8 flows, 64 KiB writes)", [1, 2, 4]),
+    ("queues", "bound queues (8 flows, RSS)", [1, 2, 4]),
 ];
 
 /// `--scale` results: per series, per x value, per mode the medians of
@@ -529,6 +529,48 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
         }
         json.push_str("]}");
         println!();
+        // Where each point's run time went (see `breakdown`).
+        if xs.iter().any(|&x| modes.iter().any(|m| at(series, x, m).iter().any(|r| r.contains_key("napi_dev_secs")))) {
+            println!(
+                "| {} | mode | where the time went, s/GiB: run time | receiver | NAPI, receiving device | NAPI, others | sender | rest |",
+                series.replace('_', " ")
+            );
+            println!("|---|---|---|---|---|---|---|---|");
+            for &x in xs.iter() {
+                for m in &modes {
+                    let rs = at(series, x, m);
+                    let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
+                        let v: Vec<f64> = rs
+                            .iter()
+                            .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
+                            .collect();
+                        (!v.is_empty()).then(|| median(v))
+                    };
+                    let parts = [
+                        per_gib(&|r| num(r, "secs")),
+                        per_gib(&|r| num(r, "cpu_secs")),
+                        per_gib(&|r| num(r, "napi_dev_secs")),
+                        per_gib(&|r| num(r, "napi_other_secs")),
+                        per_gib(&|r| num(r, "sender_cpu_secs")),
+                        per_gib(&|r| {
+                            Some(
+                                num(r, "secs")?
+                                    - num(r, "cpu_secs")?
+                                    - num(r, "napi_dev_secs")?
+                                    - num(r, "napi_other_secs")?
+                                    - num(r, "sender_cpu_secs")?,
+                            )
+                        }),
+                    ];
+                    if parts[2].is_none() {
+                        continue;
+                    }
+                    let cells: Vec<String> = parts.iter().map(|&v| fmt(v, 4)).collect();
+                    println!("| {} | {m} | {} |", label(series, x), cells.join(" | "));
+                }
+            }
+            println!();
+        }
         let labels: Vec<String> = xs.iter().map(|&x| label(series, x)).collect();
         let lines = |v: &[Vec<Option<f64>>]| -> Vec<chart::Line> {
             modes.iter().zip(v).map(|(m, v)| chart::Line { name: m.clone(), values: v.clone() }).collect()
