@@ -24,6 +24,10 @@ const NLA_F_NESTED: u16 = 1 << 15;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
+const NLM_F_CAPPED: u16 = 0x100;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const SOL_NETLINK: libc::c_int = 270;
+const NETLINK_EXT_ACK: libc::c_int = 11;
 
 /// Appends a netlink attribute (padded to 4 bytes).
 pub(crate) fn attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
@@ -99,11 +103,13 @@ fn reply_of(mut buf: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
         if err == 0 {
             return Ok(Some(Vec::new()));
         }
-        // The extended ack message, if the kernel sent one (after the
-        // error code and the request's header; NLMSGERR_ATTR_MSG is 1).
+        // The extended ack message, if the kernel sent one
+        // (NLM_F_ACK_TLVS): after the error code and the request, whole or
+        // only its header (NLM_F_CAPPED); NLMSGERR_ATTR_MSG is 1.
         let mut text = String::new();
-        if msg.len() >= 36 {
-            let inner = u32_at(msg, 20) as usize;
+        let flags = u16::from_ne_bytes([msg[6], msg[7]]);
+        if flags & NLM_F_ACK_TLVS != 0 && msg.len() >= 36 {
+            let inner = if flags & NLM_F_CAPPED != 0 { 16 } else { u32_at(msg, 20) as usize };
             let start = (16 + 4 + inner).min(msg.len());
             for_each_attr(&msg[start..], |t, p| {
                 if t == 1 {
@@ -131,7 +137,20 @@ impl Genl {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: we just created it.
-        Ok(Genl { fd: unsafe { OwnedFd::from_raw_fd(fd) }, seq: 1 })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Ask for the kernel's error text (extended ack); best effort.
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt reads an int from a live local.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                SOL_NETLINK,
+                NETLINK_EXT_ACK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        Ok(Genl { fd, seq: 1 })
     }
 
     /// Sends a request and returns its reply (payload after the netlink
@@ -228,6 +247,17 @@ mod tests {
         e.extend_from_slice(&[0u8; 16]);
         let err = reply_of(&msg(NLMSG_ERROR, 3, &e), 3).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP));
+        // An error with the kernel's text, the request capped to its header.
+        let mut e = (-libc::EINVAL).to_ne_bytes().to_vec();
+        let mut req = msg(0x20, 3, &[0u8; 40]); // the request echoed: a header claiming 56 bytes
+        req.truncate(16);
+        e.extend_from_slice(&req);
+        attr(&mut e, 1, b"no header split here\0");
+        let mut m = msg(NLMSG_ERROR, 3, &e);
+        m[6..8].copy_from_slice(&(NLM_F_CAPPED | NLM_F_ACK_TLVS).to_ne_bytes());
+        let err = reply_of(&m, 3).unwrap_err();
+        assert_eq!(err.raw_os_error(), None);
+        assert!(err.to_string().ends_with(": no header split here"), "{err}");
     }
 
     #[test]

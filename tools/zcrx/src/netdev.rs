@@ -27,8 +27,10 @@ fn queue_get_attrs(ifindex: u32, queue: u32) -> Vec<u8> {
 }
 
 /// The NAPI id of rx queue `queue` of device `ifindex` (in the caller's
-/// network namespace); `ENOENT` if the queue has no NAPI instance (a
-/// driver that does not report one, or a device that is down).
+/// network namespace); a `NotFound` error if the queue has no NAPI
+/// instance (a driver that does not report one, or a device that is down),
+/// the kernel's errno if it refused the request (no netdev family: the
+/// lookup of the family fails with "no genetlink family netdev").
 pub fn rx_queue_napi_id(ifindex: u32, queue: u32) -> io::Result<u32> {
     let mut g = Genl::open()?;
     let fam = g.family_id("netdev")?;
