@@ -112,6 +112,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+[ -z "$series" ] || [ -n "$scale" ] || die "--series needs --scale"
 if [ -n "$scale" ]; then
 	rounds=${rounds:-3}
 	[ -n "$modes_set" ] || modes="iouring-zcrx zcrx-rs"

@@ -48,7 +48,10 @@ HUGE_KB=$(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo)
 AREA_HUGE=$(( (AREA_MIB * 1024 + HUGE_KB - 1) / HUGE_KB ))
 for bs in $BUF_SIZES; do
 	if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then
-		want=$((2 * AREA_HUGE + 1))
+		# The queues series gives io_uring zcrx an area per queue (4).
+		areas=2
+		case " ${BENCH_SCALE:+${BENCH_SERIES:-queues}} " in *" queues "*) areas=5 ;; esac
+		want=$((areas * AREA_HUGE + 1))
 		echo "$want" > /proc/sys/vm/nr_hugepages
 		got=$(cat /proc/sys/vm/nr_hugepages)
 		[ "$got" -ge "$want" ] || { echo "asked for $want huge pages, got $got" >&2; exit 1; }
@@ -60,7 +63,8 @@ done
 wait_huge_free() {
 	local i
 	for i in $(seq 40); do
-		[ "$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)" -ge "$AREA_HUGE" ] && return 0
+		# io_uring zcrx takes an area per bound queue.
+		[ "$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)" -ge $((${QUEUES:-1} * AREA_HUGE)) ] && return 0
 		[ $((i % 4)) = 0 ] && kick_softirqs
 		sleep 0.5
 	done
@@ -245,6 +249,10 @@ if [ -n "${BENCH_SCALE:-}" ]; then
 			done
 		done
 		unset QUEUES
+		# Back to the one-queue pair for what follows (--profile).
+		use_module a
+		wait_module_idle > /dev/null
+		nsim_setup 1
 	fi
 else
 	for r in $(seq "$ROUNDS"); do

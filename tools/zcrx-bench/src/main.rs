@@ -211,6 +211,9 @@ fn parse() -> Opts {
     if o.server == o.host.is_some() {
         usage();
     }
+    if o.queues > 1 && !o.mode.has_area() {
+        die("--queues", format!("mode {} binds no queue", o.mode.name()));
+    }
     if o.buf_size != 0 && o.buf_size != zcrx::dev::page_size() && !o.mode.has_area() {
         die("--buf-size", format!("mode {} has no buffers of its own", o.mode.name()));
     }
@@ -298,6 +301,8 @@ fn napi_secs(dev: Option<&str>) -> (f64, f64) {
 /// not asked for. Two clock_gettime(CLOCK_THREAD_CPUTIME_ID) calls per
 /// system call, so a diagnostic: the main numbers run without it.
 static IN_CALLS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Receive calls measured under `--split`.
+static IN_CALLS_N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn thread_cpu_ns() -> u64 {
@@ -318,7 +323,24 @@ pub(crate) fn in_call<T>(f: impl FnOnce() -> T) -> T {
     let t = thread_cpu_ns();
     let r = f();
     IN_CALLS_NS.fetch_add(thread_cpu_ns() - t, Relaxed);
+    IN_CALLS_N.fetch_add(1, Relaxed);
     r
+}
+
+/// What [`in_call`]'s own clock reads cost per call, in ns: inside the
+/// measured span and in all (measured on empty calls, before the run), so
+/// that `--split` can take them out of its figures.
+fn split_overhead() -> (f64, f64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    const N: u64 = 256;
+    let t = thread_cpu_ns();
+    for _ in 0..N {
+        in_call(|| ());
+    }
+    let all = (thread_cpu_ns() - t) as f64 / N as f64;
+    let inside = IN_CALLS_NS.swap(0, Relaxed) as f64 / N as f64;
+    IN_CALLS_N.store(0, Relaxed);
+    (inside, all)
 }
 
 /// The sender: the one other zcrx-bench process on the system (the bench
@@ -450,7 +472,7 @@ fn server(o: &Opts) {
     let any: SocketAddr =
         if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
-    // Many flows share one area (and, in every mode, one queue): each
+    // Many flows share one area (per queue for io_uring zcrx): each
     // socket gets a receive buffer of an eighth of the area's share per
     // flow (the kernel doubles it), so that all of them together hold at
     // most a quarter of the area and GRO'd skbs have room beyond that (see
@@ -481,10 +503,15 @@ fn server(o: &Opts) {
         .collect();
     let mut smp = Sampler::new(SEED);
     SPLIT.store(o.split, std::sync::atomic::Ordering::Relaxed);
+    let split_cost = if o.split { split_overhead() } else { (0.0, 0.0) };
+    // Set-up that reads /proc or netlink happens before the receiver's
+    // own clock starts (its thread's CPU time, read last), so that no mode
+    // pays it in the measured window.
+    let napi = if o.flows > 1 || o.queues > 1 { napi_ids(o) } else { Vec::new() };
     let sender = sender_clock();
     let s0 = sender.and_then(clock_secs);
-    let ((c0, si0), k0, r0, n0, t0) =
-        (cpu_stat(cpu), ksoftirqd_secs(cpu), thread_cpu(), napi_secs(o.dev.as_deref()), Instant::now());
+    let ((c0, si0), k0, n0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), napi_secs(o.dev.as_deref()));
+    let (r0, t0) = (thread_cpu(), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
     let (mut total, mut copied, mut calls) = (0u64, 0u64, 0u64);
@@ -492,7 +519,6 @@ fn server(o: &Opts) {
     // Several queues: the many-flow loops, which know which queue a flow is on.
     let multi = o.flows > 1 || o.queues > 1;
     if multi {
-        let napi = napi_ids(o);
         let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut(), &napi);
         (total, copied, calls, smp.checked) = (m.total, m.copied, m.calls, m.checked);
     }
@@ -613,8 +639,16 @@ fn server(o: &Opts) {
         si1 - si0,
         smp.checked,
         if o.split {
-            let ns = IN_CALLS_NS.load(std::sync::atomic::Ordering::Relaxed);
-            format!("\"in_calls_secs\":{:.4},", ns as f64 / 1e9)
+            // The clock reads' own cost (measured before the run) taken out:
+            // what they add inside the calls from in_calls_secs, and all
+            // of it reported as split_overhead_secs.
+            let ns = IN_CALLS_NS.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            let n = IN_CALLS_N.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            format!(
+                "\"in_calls_secs\":{:.4},\"split_calls\":{n},\"split_overhead_secs\":{:.4},",
+                (ns - n * split_cost.0).max(0.0) / 1e9,
+                n * split_cost.1 / 1e9
+            )
         } else {
             String::new()
         },

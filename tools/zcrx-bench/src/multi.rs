@@ -170,7 +170,10 @@ fn queue_of(s: &TcpStream, napi: &[u32]) -> usize {
     if napi.is_empty() {
         return 0;
     }
-    let id = zcrx::sys::incoming_napi_id(s).unwrap_or_else(|e| die("SO_INCOMING_NAPI_ID", e));
+    let id = zcrx::sys::incoming_napi_id(s).unwrap_or_else(|e| {
+        let hint = if e.raw_os_error() == Some(libc::ENOPROTOOPT) { " (a kernel without CONFIG_NET_RX_BUSY_POLL)" } else { "" };
+        die("SO_INCOMING_NAPI_ID", format!("{e}{hint}"))
+    });
     napi.iter().position(|&n| n == id).unwrap_or_else(|| {
         die("SO_INCOMING_NAPI_ID", format!("connection on NAPI {id}, not one of the bound queues' {napi:?}"))
     })

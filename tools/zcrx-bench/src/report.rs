@@ -329,8 +329,11 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
         return;
     }
     println!();
+    if runs.iter().any(|r| r.get("vcpus").is_some_and(|v| v != "1")) {
+        println!("(more than one vCPU: the parts ran side by side, so they do not add up to the run time; ignore \"rest\")\n");
+    }
     println!(
-        "| where the time went, s/GiB (medians) | buffer | MTU | run time | receiver | NAPI, receiving device | NAPI, sending device | sender | rest |"
+        "| where the time went, s/GiB (medians) | buffer | MTU | run time | receiver | NAPI, receiving device | NAPI, others | sender | rest |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for k in keys {
@@ -372,9 +375,9 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
     }
     println!();
     println!(
-        "| receiver CPU, split (medians) | buffer | MTU | s/GiB | in receive calls | outside (user code) | ns per 4 KiB in calls | ns per 4 KiB outside |"
+        "| receiver CPU, split (medians) | buffer | MTU | s/GiB | in receive calls | outside (user code) | ns per 4 KiB in calls | ns per 4 KiB outside | calls per GiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for k in keys {
         let rs: Vec<_> = runs.iter().filter(|r| key_of(r).as_ref() == Some(k) && r.contains_key("in_calls_secs")).collect();
         if rs.is_empty() {
@@ -385,9 +388,12 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
         };
         let gib = (1u64 << 30) as f64;
         let inside = |r: &BTreeMap<String, String>| num(r, "in_calls_secs");
-        let outside = |r: &BTreeMap<String, String>| Some(num(r, "cpu_secs")? - num(r, "in_calls_secs")?);
+        // The clock reads' own cost is in neither part (split_overhead_secs).
+        let outside = |r: &BTreeMap<String, String>| {
+            Some(num(r, "cpu_secs")? - num(r, "in_calls_secs")? - num(r, "split_overhead_secs").unwrap_or(0.0))
+        };
         println!(
-            "| {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.0} | {:.0} | {:.0} |",
             k.mode,
             size_label(k.buf),
             k.mtu.map_or("-".into(), |m| m.to_string()),
@@ -395,7 +401,8 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
             per(gib, &inside),
             per(gib, &outside),
             per(4096.0, &inside) * 1e9,
-            per(4096.0, &outside) * 1e9
+            per(4096.0, &outside) * 1e9,
+            per(gib, &|r| num(r, "calls"))
         );
     }
 }
@@ -477,7 +484,11 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
             series.replace('_', " "),
             head.join(" | "),
             gh.join(" | "),
-            if spread_col { " busiest queue's share of the bytes (median of all runs) |" } else { "" }
+            if spread_col {
+                format!(" busiest queue's share of the bytes, median ({}) |", modes.join(" / "))
+            } else {
+                String::new()
+            }
         );
         println!(
             "|---|{}---|{}{}",
@@ -519,9 +530,18 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
                 _ => "n/a".into(),
             };
             let spread = if spread_col {
-                let all: Vec<f64> =
-                    modes.iter().flat_map(|m| at(series, x, m)).filter_map(&busiest).collect();
-                format!(" {} |", if all.is_empty() { "n/a".into() } else { format!("{:.0}%", median(all) * 100.0) })
+                let per_mode: Vec<String> = modes
+                    .iter()
+                    .map(|m| {
+                        let v: Vec<f64> = at(series, x, m).into_iter().filter_map(&busiest).collect();
+                        if v.is_empty() {
+                            "n/a".into()
+                        } else {
+                            format!("{:.0}%", median(v) * 100.0)
+                        }
+                    })
+                    .collect();
+                format!(" {} |", per_mode.join(" / "))
             } else {
                 String::new()
             };

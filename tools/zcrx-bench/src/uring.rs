@@ -84,6 +84,7 @@ fn atomic(p: *mut u32) -> &'static AtomicU32 {
 struct Ifq {
     area: Map,
     _rq: Map,
+    rq_head_ptr: *mut u32,
     rq_tail_ptr: *mut u32,
     rqes: *mut io_uring_zcrx_rqe,
     rq_mask: u32,
@@ -108,6 +109,9 @@ pub struct ZcrxRing {
     /// The buffer size the kernel took (`rx_buf_len` as it answered).
     buf_size: usize,
 }
+
+/// Most zcrx instances (rx queues) of one ring here.
+const MAX_IFQS: usize = 64;
 
 /// Where a request's tag ends and its instance's index starts in
 /// `user_data`.
@@ -145,6 +149,12 @@ impl ZcrxRing {
         rx_buf_len: u32,
         huge: bool,
     ) -> io::Result<Self> {
+        if rxqs.is_empty() || rxqs.len() > MAX_IFQS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("io_uring zcrx: 1 to {MAX_IFQS} rx queues, not {}", rxqs.len()),
+            ));
+        }
         // The multishot request ends with -ENOSPC when the CQ ring is full
         // (the kernel's iou-zcrx selftest has 1024 entries); 4096 make that
         // rare, and the loop re-arms when it happens.
@@ -214,6 +224,7 @@ impl ZcrxRing {
                 n => n as usize,
             };
             ring.ifqs.push(Ifq {
+                rq_head_ptr: rq.at(reg.offsets.head),
                 rq_tail_ptr: rq.at(reg.offsets.tail),
                 rqes: rq.at(reg.offsets.rqes),
                 rq_mask: reg.rq_entries - 1,
@@ -237,6 +248,7 @@ impl ZcrxRing {
     /// must arrive on its queue, else the request fails with `EFAULT`),
     /// whose completions carry `tag` (below 2^48).
     pub fn recv_multishot_tagged(&mut self, sock: RawFd, tag: u64, ifq: usize) -> io::Result<()> {
+        debug_assert!(tag < (1 << IFQ_SHIFT));
         let zcrx_id = self.ifqs[ifq].zcrx_id;
         let tail = atomic(self.sq_tail).load(Ordering::Relaxed);
         let idx = tail & self.sq_mask;
@@ -248,7 +260,7 @@ impl ZcrxRing {
             (*sqe).fd = sock;
             (*sqe).ioprio = IORING_RECV_MULTISHOT as u16;
             (*sqe).__bindgen_anon_5.zcrx_ifq_idx = zcrx_id;
-            (*sqe).user_data = (ifq as u64) << IFQ_SHIFT | tag;
+            (*sqe).user_data = ((ifq as u64) << IFQ_SHIFT) | tag;
             *self.sq_array.add(idx as usize) = idx;
         }
         atomic(self.sq_tail).store(tail.wrapping_add(1), Ordering::Release);
@@ -280,6 +292,15 @@ impl ZcrxRing {
                 continue;
             }
             let buf_mask = !(self.buf_size as u64 - 1);
+            // Room on each refill ring, read once per batch (the kernel only
+            // frees more meanwhile). A buffer handed out in two completions
+            // takes two entries, so the ring can fill up: then stop, rather
+            // than overwrite an entry the kernel has not read.
+            let mut room = [0u32; MAX_IFQS];
+            for (r, q) in room.iter_mut().zip(&self.ifqs) {
+                *r = (q.rq_mask + 1) - q.rq_tail.wrapping_sub(atomic(q.rq_head_ptr).load(Ordering::Acquire));
+            }
+            let mut used = [0u32; MAX_IFQS];
             let mut h = head;
             while h != tail {
                 // SAFETY: CQE32 entries are 32 bytes, inside the ring, and
@@ -304,14 +325,23 @@ impl ZcrxRing {
                     continue;
                 }
                 let q = &mut self.ifqs[c.ifq];
-                // SAFETY: the kernel's completion points inside this
-                // instance's area, and does not write the buffer until it
-                // is given back below, after `f` is done with it.
+                // As zcrx-rs's `Zcrx::data` does for each record.
+                assert!(
+                    c.off.checked_add(c.len as u64).is_some_and(|end| end <= q.area.len as u64),
+                    "completion outside the area"
+                );
+                if used[c.ifq] == room[c.ifq] {
+                    return Err(io::Error::other("io_uring zcrx refill ring full"));
+                }
+                used[c.ifq] += 1;
+                // SAFETY: inside this instance's area (checked above); the
+                // kernel does not write the buffer until it is given back
+                // below, after `f` is done with it.
                 let data = unsafe { std::slice::from_raw_parts(q.area.ptr.add(c.off as usize), c.len) };
                 f(&c, data);
                 let idx = q.rq_tail & q.rq_mask;
-                // SAFETY: the entry is ours until the tail moves past it; the
-                // ring holds as many entries as the area has buffers.
+                // SAFETY: the entry is ours until the tail moves past it (room
+                // checked above).
                 unsafe {
                     *q.rqes.add(idx as usize) =
                         io_uring_zcrx_rqe { off: (c.off & buf_mask) | q.area_token, len: c.len as u32, __pad: 0 };
