@@ -121,7 +121,10 @@ one_run() {
 	[ -z "${WSIZE:-}" ] || ws=(--write-size "$WSIZE")
 	[ -z "${QUEUES:-}" ] || qs=(--queues "$QUEUES")
 	[ -z "${BENCH_SPLIT:-}" ] || qs+=(--split)
-	port=$((port + 1))
+	# FIXED_PORT and SRC_PORT: the same 4-tuples for every mode of a point
+	# (so RSS spreads the flows the same way); else a new port per run.
+	if [ -n "${FIXED_PORT:-}" ]; then port=$FIXED_PORT; else port=$((port + 1)); fi
+	[ -z "${SRC_PORT:-}" ] || ws+=(--src-port "$SRC_PORT")
 	if [ "$bs" != 0 ]; then
 		buf=(--buf-size "$bs" --area "$AREA_MIB")
 		if [ "$bs" -gt "$(getconf PAGESIZE)" ]; then wait_huge_free; fi
@@ -240,11 +243,18 @@ if [ -n "${BENCH_SCALE:-}" ]; then
 		wait_module_idle > /dev/null
 		nsim_setup 4
 		set_mtu "$(mtu_of "$bs")"
+		# Every mode of a point connects the same 4-tuples (fixed ports),
+		# so RSS gives each the same spread; the sender reuses its ports
+		# out of TIME_WAIT.
+		ip netns exec nsb sysctl -qw net.ipv4.tcp_tw_reuse=1
 		for r in $(seq "$ROUNDS"); do
 			for QUEUES in 1 2 4; do
 				set_rss "$QUEUES"
 				for m in $MODES; do
-					if is_zc "$m"; then FLOWS=8 WSIZE=65536 scale_measure "$m" "$bs" queues; fi
+					if is_zc "$m"; then
+						FIXED_PORT=$((7000 + 10 * r + QUEUES)) SRC_PORT=$((40000 + 100 * r)) \
+							FLOWS=8 WSIZE=65536 scale_measure "$m" "$bs" queues
+					fi
 				done
 			done
 		done

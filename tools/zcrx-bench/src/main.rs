@@ -124,6 +124,8 @@ struct Opts {
     flows: usize,
     /// The sender's bytes per write().
     write_size: usize,
+    /// Sender: flow i connects from this source port + i (0: any).
+    src_port: u16,
 }
 
 fn usage() -> ! {
@@ -139,6 +141,8 @@ fn usage() -> ! {
          \x20               io_uring zcrx: one instance per queue); RSS spreads the flows\n\
          \x20 --flows N     both sides: N concurrent connections (1-{MAX_FLOWS}; -n is the total)\n\
          \x20 --write-size N  sender: bytes per write() (default 256k)\n\
+         \x20 --src-port P  sender: flow i connects from port P+i (the same 4-tuples, so the same\n\
+         \x20               RSS spread, for every mode; the port may be in TIME_WAIT: SO_REUSEADDR)\n\
          \x20 --split      receiver: also measure its CPU time inside receive system calls (in_calls_secs)"
     );
     exit(2);
@@ -169,6 +173,7 @@ fn parse() -> Opts {
         area_mib: 64,
         flows: 1,
         write_size: 256 << 10,
+        src_port: 0,
     };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
@@ -193,6 +198,7 @@ fn parse() -> Opts {
             "--write-size" => {
                 o.write_size = zcrx::sys::parse_size(&v()).filter(|&n| n > 0).unwrap_or_else(|| usage())
             }
+            "--src-port" => o.src_port = v().parse().ok().filter(|&p| p > 0).unwrap_or_else(|| usage()),
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
             "--report" => {
@@ -673,6 +679,81 @@ fn server(o: &Opts) {
     drop(socks);
 }
 
+/// A TCP connection to `to` from local port `port` (any address), with
+/// SO_REUSEADDR so that a port whose last connection is in TIME_WAIT can be
+/// bound again (connect() then reuses the 4-tuple where the stack allows it:
+/// net.ipv4.tcp_tw_reuse).
+fn connect_from(to: SocketAddr, port: u16) -> io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let fam = if to.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+    // SAFETY: plain socket creation.
+    let fd = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd nothing else owns; the stream closes it.
+    let s = unsafe { TcpStream::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let any: std::net::IpAddr = if to.is_ipv6() { Ipv6Addr::UNSPECIFIED.into() } else { Ipv4Addr::UNSPECIFIED.into() };
+    let (local, remote) = (sockaddr(&SocketAddr::new(any, port)), sockaddr(&to));
+    // SAFETY: bind and connect read the address structs, live locals of the
+    // lengths given.
+    unsafe {
+        if libc::bind(fd, local.0.as_ptr().cast(), local.1) < 0
+            || libc::connect(fd, remote.0.as_ptr().cast(), remote.1) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(s)
+}
+
+/// `addr` as a sockaddr_in or sockaddr_in6 in a byte buffer, and its length.
+fn sockaddr(addr: &SocketAddr) -> (Vec<u8>, libc::socklen_t) {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a plain C struct viewed as its bytes.
+            let b = unsafe {
+                std::slice::from_raw_parts((&sa as *const libc::sockaddr_in).cast::<u8>(), std::mem::size_of_val(&sa))
+            };
+            (b.to_vec(), b.len() as libc::socklen_t)
+        }
+        SocketAddr::V6(a) => {
+            let sa = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: a plain C struct viewed as its bytes.
+            let b = unsafe {
+                std::slice::from_raw_parts((&sa as *const libc::sockaddr_in6).cast::<u8>(), std::mem::size_of_val(&sa))
+            };
+            (b.to_vec(), b.len() as libc::socklen_t)
+        }
+    }
+}
+
 fn client(o: &Opts) {
     if let Some(c) = o.cpu {
         zcrx::sys::pin_to_cpu(c).unwrap_or_else(|e| die("sched_setaffinity", e));
@@ -692,8 +773,14 @@ fn client(o: &Opts) {
     // starts its clock once it has accepted them all.
     let t0 = Instant::now();
     let socks: Vec<TcpStream> = (0..o.flows)
-        .map(|_| loop {
-            match TcpStream::connect(addr) {
+        .map(|i| loop {
+            let r = if o.src_port == 0 {
+                TcpStream::connect(addr)
+            } else {
+                let p = o.src_port.checked_add(i as u16).unwrap_or_else(|| die("--src-port", "port + flows exceeds 65535"));
+                connect_from(addr, p)
+            };
+            match r {
                 Ok(s) => break s,
                 Err(_) if t0.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(50)),
                 Err(e) => die("connect", e),
