@@ -338,35 +338,17 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
     println!("|---|---|---|---|---|---|---|---|---|");
     for k in keys {
         let rs: Vec<_> = runs.iter().filter(|r| key_of(r).as_ref() == Some(k)).collect();
-        let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
-            median(
-                rs.iter()
-                    .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
-                    .collect(),
-            )
-        };
-        let total = per_gib(&|r| num(r, "secs"));
-        let rx = per_gib(&|r| num(r, "cpu_secs"));
-        let dev = per_gib(&|r| num(r, "napi_dev_secs"));
-        let other = per_gib(&|r| num(r, "napi_other_secs"));
-        let snd = per_gib(&|r| num(r, "sender_cpu_secs"));
-        let rest = per_gib(&|r| {
-            Some(
-                num(r, "secs")?
-                    - num(r, "cpu_secs")?
-                    - num(r, "napi_dev_secs")?
-                    - num(r, "napi_other_secs")?
-                    - num(r, "sender_cpu_secs")?,
-            )
-        });
-        if !total.is_finite() || !dev.is_finite() {
+        let parts = time_parts(&rs);
+        if parts[0].is_none() || parts[2].is_none() {
             continue;
         }
+        let cells: Vec<String> = parts.iter().map(|v| v.map_or("n/a".into(), |v| format!("{v:.4}"))).collect();
         println!(
-            "| {} | {} | {} | {total:.4} | {rx:.4} | {dev:.4} | {other:.4} | {snd:.4} | {rest:.4} |",
+            "| {} | {} | {} | {} |",
             k.mode,
             size_label(k.buf),
-            k.mtu.map_or("-".into(), |m| m.to_string())
+            k.mtu.map_or("-".into(), |m| m.to_string()),
+            cells.join(" | ")
         );
     }
     // --split: the receiver's CPU inside and outside its receive calls.
@@ -405,6 +387,29 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
             per(gib, &|r| num(r, "calls"))
         );
     }
+}
+
+/// Medians per GiB of `rs`'s run time, receiver, receiving device's NAPI,
+/// other NAPI, sender and the rest (run time minus the others); None where
+/// no run has the fields.
+fn time_parts(rs: &[&BTreeMap<String, String>]) -> [Option<f64>; 6] {
+    let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
+    let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
+        let v: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
+            .collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    const PARTS: [&str; 4] = ["cpu_secs", "napi_dev_secs", "napi_other_secs", "sender_cpu_secs"];
+    [
+        per_gib(&|r| num(r, "secs")),
+        per_gib(&|r| num(r, PARTS[0])),
+        per_gib(&|r| num(r, PARTS[1])),
+        per_gib(&|r| num(r, PARTS[2])),
+        per_gib(&|r| num(r, PARTS[3])),
+        per_gib(&|r| PARTS.iter().try_fold(num(r, "secs")?, |acc, k| Some(acc - num(r, k)?))),
+    ]
 }
 
 /// The x values of each series of `--scale` runs.
@@ -559,29 +564,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
             for &x in xs.iter() {
                 for m in &modes {
                     let rs = at(series, x, m);
-                    let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
-                        let v: Vec<f64> = rs
-                            .iter()
-                            .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
-                            .collect();
-                        (!v.is_empty()).then(|| median(v))
-                    };
-                    let parts = [
-                        per_gib(&|r| num(r, "secs")),
-                        per_gib(&|r| num(r, "cpu_secs")),
-                        per_gib(&|r| num(r, "napi_dev_secs")),
-                        per_gib(&|r| num(r, "napi_other_secs")),
-                        per_gib(&|r| num(r, "sender_cpu_secs")),
-                        per_gib(&|r| {
-                            Some(
-                                num(r, "secs")?
-                                    - num(r, "cpu_secs")?
-                                    - num(r, "napi_dev_secs")?
-                                    - num(r, "napi_other_secs")?
-                                    - num(r, "sender_cpu_secs")?,
-                            )
-                        }),
-                    ];
+                    let parts = time_parts(&rs);
                     if parts[2].is_none() {
                         continue;
                     }
