@@ -245,18 +245,39 @@ fn ksoftirqd_secs(cpu: usize) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let want = format!("ksoftirqd/{cpu}");
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
-    for e in dir.flatten() {
-        let p = e.path();
-        if std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == want) {
-            let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-            // Fields after the ")" that ends the name: utime is the 12th, stime the 13th.
-            let rest = stat.rsplit_once(')').map_or("", |x| x.1);
-            let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            return (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / hz;
-        }
-    }
-    0.0
+    let Some(t) = tasks().into_iter().find(|t| t.comm == want) else { return 0.0 };
+    // Fields after the ")" that ends the name: utime is the 12th, stime the 13th.
+    let f: Vec<f64> = t.rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / hz
+}
+
+/// A process of /proc: its pid, its name and the fields of its `stat`
+/// after the name (state first).
+struct Task {
+    pid: libc::pid_t,
+    comm: String,
+    rest: String,
+}
+
+/// Every process (thread group) of /proc, from one read of its `stat`.
+fn tasks() -> Vec<Task> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<libc::pid_t>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // "PID (COMM) STATE ...": the name may hold spaces and ")".
+            let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+            Some(Task { pid, comm: comm.to_string(), rest: rest.to_string() })
+        })
+        .collect()
+}
+
+/// The CPU-time clock of process `pid` (its whole thread group).
+fn cpu_clock(pid: libc::pid_t) -> Option<libc::clockid_t> {
+    let mut clk: libc::clockid_t = 0;
+    // SAFETY: writes into the live local.
+    (unsafe { libc::clock_getcpuclockid(pid, &mut clk) } == 0).then_some(clk)
 }
 
 /// This thread's user + system time in seconds.
@@ -275,31 +296,18 @@ fn thread_cpu() -> f64 {
 /// receive side of a device runs there: netdevsim's emulated DMA, GRO, the
 /// page pool's allocations, TCP's receive up to the socket's queue.
 fn napi_secs(dev: Option<&str>) -> (f64, f64) {
-    let (mut mine, mut other) = (0u64, 0u64);
-    let Ok(dir) = std::fs::read_dir("/proc") else { return (0.0, 0.0) };
+    let (mut mine, mut other) = (0.0, 0.0);
     // comm is cut to 15 bytes: match the device name as far as it goes.
     let want = dev.map(|d| format!("napi/{d}-"));
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
-        let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else { continue };
-        let comm = comm.trim_end();
-        if !comm.starts_with("napi/") {
-            continue;
-        }
-        let mut clk: libc::clockid_t = 0;
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: both calls write only into the live locals they are given.
-        let ok = unsafe { libc::clock_getcpuclockid(pid, &mut clk) == 0 && libc::clock_gettime(clk, &mut ts) == 0 };
-        if !ok {
-            continue; // the thread went away meanwhile
-        }
-        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    for t in tasks().into_iter().filter(|t| t.comm.starts_with("napi/")) {
+        // None: the thread went away meanwhile.
+        let Some(secs) = cpu_clock(t.pid).and_then(clock_secs) else { continue };
         match &want {
-            Some(w) if w.starts_with(comm) || comm.starts_with(w.as_str()) => mine += ns,
-            _ => other += ns,
+            Some(w) if w.starts_with(&t.comm) || t.comm.starts_with(w.as_str()) => mine += secs,
+            _ => other += secs,
         }
     }
-    (mine as f64 / 1e9, other as f64 / 1e9)
+    (mine, other)
 }
 
 /// `--split`: the receiver's CPU time inside its receive system calls
@@ -355,20 +363,11 @@ fn split_overhead() -> (f64, f64) {
 fn sender_clock() -> Option<libc::clockid_t> {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<libc::pid_t>().ok()) else { continue };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // "PID (COMM) STATE ...": zombies (ended, not yet reaped) do not count.
-        let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") ")) else { continue };
-        if pid != me && name == "zcrx-bench" && !rest.starts_with('Z') {
-            found.push(pid);
-        }
-    }
-    let [pid] = found[..] else { return None };
-    let mut clk: libc::clockid_t = 0;
-    // SAFETY: writes into the live local.
-    (unsafe { libc::clock_getcpuclockid(pid, &mut clk) } == 0).then_some(clk)
+    // Zombies (ended, not yet reaped) do not count.
+    let found: Vec<_> =
+        tasks().into_iter().filter(|t| t.pid != me && t.comm == "zcrx-bench" && !t.rest.starts_with('Z')).collect();
+    let [t] = &found[..] else { return None };
+    cpu_clock(t.pid)
 }
 
 /// The time of CPU-time clock `clk` in seconds, if it still exists.
