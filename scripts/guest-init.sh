@@ -6,6 +6,17 @@
 # kernel console.
 exec 2>&1
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+# The guest's udevd (the host's rules) renames a new netdev (eth1 ->
+# eni2np1) whenever it gets to its uevent, which can be after `udevadm
+# settle` has returned: a test that had just read the name then failed with
+# "Cannot find device eth1" (CI, about 1 run in 25). netdevsim netdevs keep
+# their kernel names here (and the MAC they were given). /etc is the
+# guest's own overlay.
+if [ -d /run/udev ] && mkdir -p /etc/systemd/network 2>/dev/null; then
+	printf '[Match]\nDriver=netdevsim\n\n[Link]\nNamePolicy=keep\nMACAddressPolicy=none\n' \
+		>/etc/systemd/network/00-zcrx-netdevsim.link
+	udevadm control --reload 2>/dev/null
+fi
 echo "# zcrx-guest: $(uname -r), $(nproc) vCPUs, $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
 "$@"
 rc=$?

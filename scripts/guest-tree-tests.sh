@@ -132,7 +132,6 @@ hw_pair() {
 	local a b ai bi
 	echo "1 1 4" > /sys/bus/netdevsim/new_device || return 1
 	echo "2 1 4" > /sys/bus/netdevsim/new_device || return 1
-	udevadm settle -t 10
 	a=$(ls /sys/bus/netdevsim/devices/netdevsim1/net/)
 	b=$(ls /sys/bus/netdevsim/devices/netdevsim2/net/)
 	ip netns del tree-remote 2>/dev/null

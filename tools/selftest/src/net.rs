@@ -190,8 +190,8 @@ impl Nsim {
         Self::down_quiet();
         write_sys("/sys/bus/netdevsim/new_device", &format!("1 1 {queues}"))?;
         write_sys("/sys/bus/netdevsim/new_device", &format!("2 1 {queues}"))?;
-        // udev renames new netdevs (eth0 -> eni1np1): let it finish first.
-        let _ = run("udevadm", &["settle", "-t", "10"], "");
+        // No `udevadm settle`: the guest runs with net.ifnames=0 (vm.sh), so
+        // udev does not rename these netdevs, and the names read are final.
         let a = nsim_dev(1)?;
         let b = nsim_dev(2)?;
         // XPS while the sender is still in this namespace's sysfs.
