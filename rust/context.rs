@@ -162,7 +162,8 @@ impl Context {
                     | ZCRX_RS_FEATURE_EVENTS
                     | ZCRX_RS_FEATURE_DMABUF
                     | ZCRX_RS_FEATURE_NETLINK
-                    | ZCRX_RS_FEATURE_SHARE,
+                    | ZCRX_RS_FEATURE_SHARE
+                    | ZCRX_RS_FEATURE_MERGE,
             ),
             contexts: GLOBAL.contexts.get(),
             areas: GLOBAL.areas.get(),
@@ -326,7 +327,10 @@ impl Context {
     fn recv(&self, user: UserSlice, _file: &File) -> Result<isize> {
         let (mut r, mut w) = user.reader_writer();
         let mut req: zcrx_rs_recv = r.read()?;
-        if req.flags & !ZCRX_RS_RECV_DONTWAIT != 0 || req.__pad != 0 || !is_zero(&req.__resv) {
+        if req.flags & !(ZCRX_RS_RECV_DONTWAIT | ZCRX_RS_RECV_MERGE) != 0
+            || req.__pad != 0
+            || !is_zero(&req.__resv)
+        {
             return Err(EINVAL);
         }
         if req.nr_recs == 0 || req.nr_recs > MAX_RECS {
@@ -348,7 +352,8 @@ impl Context {
         let nonblock = req.flags & ZCRX_RS_RECV_DONTWAIT != 0 || sock.nonblocking();
         let len = req.nr_recs as usize * core::mem::size_of::<zcrx_rs_rec>();
         let sink = UserSlice::new(UserPtr::from_addr(req.recs as usize), len).writer();
-        let got = recv::recv(&zcrx, &sock, sink, req.nr_recs, nonblock)?;
+        let merge = req.flags & ZCRX_RS_RECV_MERGE != 0;
+        let got = recv::recv(&zcrx, &sock, sink, req.nr_recs, nonblock, merge)?;
         req.nr_recs = got.records;
         req.bytes = got.bytes;
         // The records are in user memory already; if this copy fails the

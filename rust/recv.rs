@@ -103,6 +103,24 @@ impl<S: RecordSink> RecordBatch<S> {
         Ok(())
     }
 
+    /// Extends the last buffered record by `n` bytes at area offset `off`
+    /// if that is where it ends and it is a zero-copy one; false (nothing
+    /// changes) otherwise, or if its length would overflow.
+    pub(crate) fn extend_last(&mut self, off: u64, n: u32) -> bool {
+        let Some(last) = self.n.checked_sub(1).map(|i| &mut self.buf[i]) else {
+            return false;
+        };
+        if last.flags != 0 || last.off.checked_add(u64::from(last.len)) != Some(off) {
+            return false;
+        }
+        let Some(len) = last.len.checked_add(n) else {
+            return false;
+        };
+        last.len = len;
+        self.pending_bytes += u64::from(n);
+        true
+    }
+
     /// Writes the buffered records. On failure they stay pending (see
     /// [`RecordBatch::take_pending`]).
     pub(crate) fn flush(&mut self) -> Result {
@@ -178,6 +196,9 @@ struct Walker<'a, S: RecordSink> {
     /// Most bytes this call copies: [`COPY_BUDGET`], or `SO_RCVLOWAT` if
     /// that is more (the budget never ends a call short of the mark).
     copy_budget: u64,
+    /// `ZCRX_RS_RECV_MERGE`: a piece that starts a buffer right where the
+    /// last record ends in the area extends that record.
+    merge: bool,
 }
 
 impl<S: RecordSink> Drop for Walker<'_, S> {
@@ -218,11 +239,18 @@ impl<S: RecordSink> Walker<'_, S> {
                 tally.zc_bytes -= len;
                 tally.zc_records -= 1;
             }
-            if !zcrx.user_return((r.off >> zcrx.area().buf_shift()) as usize) {
-                // The user never saw the record, but may have guessed the
-                // buffer and returned it through the ring meanwhile: its
-                // reference went back then.
-                kernel::pr_warn_once!("recv: a pending record's buffer was returned early\n");
+            // One reference per buffer the record touches (several for a
+            // merged one, see `zero_copy`).
+            let shift = zcrx.area().buf_shift();
+            let first = (r.off >> shift) as usize;
+            let last = ((r.off + len.max(1) - 1) >> shift) as usize;
+            for idx in first..=last {
+                if !zcrx.user_return(idx) {
+                    // The user never saw the record, but may have guessed
+                    // the buffer and returned it through the ring
+                    // meanwhile: its reference went back then.
+                    kernel::pr_warn_once!("recv: a pending record's buffer was returned early\n");
+                }
             }
         });
     }
@@ -326,8 +354,16 @@ impl<S: RecordSink> Walker<'_, S> {
         // The skb keeps its reference; the user's keeps the buffer from
         // being recycled while the user reads it.
         buf.give_to_user();
+        let off = ((idx << shift) + boff) as u64;
+        // Merged only at a buffer's start: each buffer a record touches is
+        // then one piece of it with one user reference, and the record
+        // goes back as one range (`ZCRX_RS_RQE_RANGE`).
+        if self.merge && boff == 0 && self.batch.extend_last(off, n as u32) {
+            self.tally.zc_bytes += n as u64;
+            return Ok(n);
+        }
         let rec = zcrx_rs_rec {
-            off: ((idx << shift) + boff) as u64,
+            off,
             len: n as u32,
             flags: 0,
         };
@@ -422,6 +458,7 @@ pub(crate) fn recv<S: RecordSink>(
     sink: S,
     cap: u32,
     nonblock: bool,
+    merge: bool,
 ) -> Result<Received> {
     let mut w = Walker {
         zcrx,
@@ -429,6 +466,7 @@ pub(crate) fn recv<S: RecordSink>(
         stop: None,
         tally: Tally::default(),
         copy_budget: COPY_BUDGET,
+        merge,
     };
     let mut lock = sock.lock()?;
     if lock.state() == TcpState::Listen {
@@ -594,6 +632,47 @@ mod tests {
         b.flush()?;
         assert_eq!(b.delivered(), 5);
         assert!(!b.has_room());
+        Ok(())
+    }
+
+    #[test]
+    fn extends_only_where_the_last_record_ends() -> Result {
+        let mut s = VecSink {
+            got: KVec::new(),
+            writes: 0,
+            fail_at_write: None,
+        };
+        let p = PAGE_SIZE as u64;
+        let mut b = RecordBatch::new(&mut s, 100);
+        assert!(!b.extend_last(0, 10)); // nothing to extend
+        let full = |i: u64| zcrx_rs_rec {
+            off: i * p,
+            len: p as u32,
+            flags: 0,
+        };
+        assert!(b.push(full(3)).is_ok());
+        assert!(b.extend_last(4 * p, p as u32));
+        assert!(!b.extend_last(6 * p, 10)); // a gap
+        assert!(!b.extend_last(4 * p, 10)); // not where it ends now
+        assert!(b
+            .push(zcrx_rs_rec {
+                flags: ZCRX_RS_REC_COPY,
+                ..full(5)
+            })
+            .is_ok());
+        assert!(!b.extend_last(6 * p, 10)); // a copy record stays alone
+        assert!(b
+            .push(zcrx_rs_rec {
+                off: 9 * p,
+                len: u32::MAX - 1,
+                flags: 0
+            })
+            .is_ok());
+        assert!(!b.extend_last(9 * p + u64::from(u32::MAX - 1), 2)); // overflow
+        assert_eq!(b.pending_bytes(), 3 * p + u64::from(u32::MAX - 1));
+        b.flush()?;
+        assert_eq!(b.delivered(), 3);
+        assert_eq!((s.got[0].off, s.got[0].len), (3 * p, 2 * p as u32));
         Ok(())
     }
 

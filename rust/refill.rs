@@ -41,8 +41,10 @@ const _: () = assert!(
 /// Why a refill entry was refused.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum BadRqe {
-    /// Reserved field not zero.
+    /// Unknown flags.
     Pad,
+    /// A range of no bytes.
+    Empty,
     /// Offset not at a buffer boundary.
     Unaligned,
     /// Offset beyond the area.
@@ -70,6 +72,71 @@ pub(crate) fn parse_rqe(
     }
     // Bounds-checked above; keep speculation from using an unchecked index.
     Ok(index_nospec(idx as usize, nbufs))
+}
+
+/// The buffers a valid entry hands back: `first..first + count`, all in
+/// the area.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) struct BufRange {
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+}
+
+/// Validates an entry: a plain one names one buffer by its start
+/// ([`parse_rqe`]); a `ZCRX_RS_RQE_RANGE` one, bytes `[off, off + len)`,
+/// names every buffer they touch.
+pub(crate) fn parse_entry(
+    off: u64,
+    len: u32,
+    flags: u32,
+    nbufs: usize,
+    buf_shift: u32,
+) -> core::result::Result<BufRange, BadRqe> {
+    if flags == 0 {
+        return parse_rqe(off, 0, nbufs, buf_shift).map(|first| BufRange { first, count: 1 });
+    }
+    if flags != uapi::ZCRX_RS_RQE_RANGE {
+        return Err(BadRqe::Pad);
+    }
+    if len == 0 {
+        return Err(BadRqe::Empty);
+    }
+    let area = (nbufs as u64)
+        .checked_shl(buf_shift)
+        .filter(|a| a >> buf_shift == nbufs as u64)
+        .ok_or(BadRqe::OutOfRange)?;
+    let end = off.checked_add(u64::from(len)).ok_or(BadRqe::OutOfRange)?;
+    if end > area {
+        return Err(BadRqe::OutOfRange);
+    }
+    let first = off >> buf_shift;
+    let last = (end - 1) >> buf_shift;
+    // `first <= last < nbufs`: checked above; no speculation past it.
+    Ok(BufRange {
+        first: index_nospec(first as usize, nbufs),
+        count: (last - first + 1) as usize,
+    })
+}
+
+/// The kernel's position in the refill ring: the next entry, and what is
+/// left of a range entry whose buffers did not all fit into one pass.
+#[derive(Default)]
+pub(crate) struct RingPos {
+    head: u32,
+    /// The next buffer of the current range, and how many are left.
+    next: usize,
+    left: usize,
+}
+
+/// What one pass over the ring did ([`RefillRing::take`]).
+#[derive(Default)]
+pub(crate) struct Taken {
+    /// Buffers the user held and gave back.
+    pub(crate) ok: u64,
+    /// Bad entries, and buffers of ranges that the user did not hold.
+    pub(crate) bad: u64,
+    /// Entries read.
+    pub(crate) entries: u32,
 }
 
 /// Ring size for a requested number of entries: a power of two in
@@ -157,23 +224,75 @@ impl RefillRing {
         tail.wrapping_sub(head).min(self.entries)
     }
 
-    /// Reads entry `pos` (modulo the ring size) once: `(off, pad)`. The
-    /// user may change the entry at any time: the caller validates this
-    /// copy.
-    pub(crate) fn read(&self, pos: u32) -> (u64, u32) {
+    /// Hands the buffers of the next entries to `give` (true if the user
+    /// held the buffer and it went back), starting with the rest of a range
+    /// `pos` was in: at most `max_bufs` buffers (a bad entry counts as one)
+    /// and `max_entries` new entries. Publishes the new head.
+    pub(crate) fn take(
+        &self,
+        pos: &mut RingPos,
+        nbufs: usize,
+        buf_shift: u32,
+        max_bufs: usize,
+        max_entries: u32,
+        mut give: impl FnMut(usize) -> bool,
+    ) -> Taken {
+        let avail = self.available(pos.head).min(max_entries);
+        let mut t = Taken::default();
+        let mut bufs = 0;
+        while bufs < max_bufs {
+            if pos.left > 0 {
+                let idx = pos.next;
+                pos.next += 1;
+                pos.left -= 1;
+                bufs += 1;
+                if give(idx) {
+                    t.ok += 1;
+                } else {
+                    t.bad += 1;
+                }
+                continue;
+            }
+            if t.entries == avail {
+                break;
+            }
+            let (off, len, flags) = self.read(pos.head);
+            pos.head = pos.head.wrapping_add(1);
+            t.entries += 1;
+            match parse_entry(off, len, flags, nbufs, buf_shift) {
+                Ok(r) => {
+                    pos.next = r.first;
+                    pos.left = r.count;
+                }
+                Err(_) => {
+                    t.bad += 1;
+                    bufs += 1;
+                }
+            }
+        }
+        if t.entries > 0 {
+            self.set_head(pos.head);
+        }
+        t
+    }
+
+    /// Reads entry `pos` (modulo the ring size) once: `(off, len, flags)`.
+    /// The user may change the entry at any time: the caller validates
+    /// this copy.
+    pub(crate) fn read(&self, pos: u32) -> (u64, u32, u32) {
         let i = (pos & (self.entries - 1)) as usize;
         let at = RQES_OFF as usize + i * core::mem::size_of::<uapi::zcrx_rs_rqe>();
         // `i < entries`: inside the ring (type invariant), so this cannot
-        // fail; an entry with a bad pad stands in if it did.
+        // fail; an entry with bad flags stands in if it did.
         let rqe = self
             .mem
             .read::<uapi::zcrx_rs_rqe>(at)
             .unwrap_or(uapi::zcrx_rs_rqe {
                 off: 0,
                 len: 0,
-                __pad: u32::MAX,
+                flags: u32::MAX,
             });
-        (rqe.off, rqe.__pad)
+        (rqe.off, rqe.len, rqe.flags)
     }
 
     /// Publishes the consumer position: entries before `head` may be reused.
@@ -222,6 +341,80 @@ mod tests {
         assert_eq!(parse_rqe(1, 0, 16, S), Err(BadRqe::Unaligned));
         assert_eq!(parse_rqe(0, 1, 16, S), Err(BadRqe::Pad));
         assert_eq!(parse_rqe(0, 0, 0, S), Err(BadRqe::OutOfRange));
+        Ok(())
+    }
+
+    #[test]
+    fn range_entries() -> Result {
+        const R: u32 = uapi::ZCRX_RS_RQE_RANGE;
+        let br = |first, count| Ok(BufRange { first, count });
+        // Plain entries as before.
+        assert_eq!(parse_entry(5 * P, 77, 0, 16, S), br(5, 1));
+        assert_eq!(parse_entry(5 * P + 1, 0, 0, 16, S), Err(BadRqe::Unaligned));
+        // A record within one buffer, at any offset.
+        assert_eq!(parse_entry(5 * P + 100, 200, R, 16, S), br(5, 1));
+        assert_eq!(parse_entry(5 * P, P as u32, R, 16, S), br(5, 1));
+        // Merged records: every buffer touched.
+        assert_eq!(parse_entry(5 * P + 100, P as u32, R, 16, S), br(5, 2));
+        assert_eq!(parse_entry(0, 16 * P as u32, R, 16, S), br(0, 16));
+        assert_eq!(parse_entry(15 * P + 1, P as u32 - 1, R, 16, S), br(15, 1));
+        // Large buffers.
+        assert_eq!(parse_entry(9 * P, 8 * P as u32, R, 4, S + 3), br(1, 2));
+        // Refused.
+        assert_eq!(parse_entry(0, 0, R, 16, S), Err(BadRqe::Empty));
+        assert_eq!(
+            parse_entry(15 * P + 1, P as u32, R, 16, S),
+            Err(BadRqe::OutOfRange)
+        );
+        assert_eq!(parse_entry(u64::MAX, 2, R, 16, S), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_entry(0, 1, R | 2, 16, S), Err(BadRqe::Pad));
+        assert_eq!(parse_entry(0, 1, 2, 16, S), Err(BadRqe::Pad));
+        assert_eq!(parse_entry(0, 1, R, 0, S), Err(BadRqe::OutOfRange));
+        assert_eq!(parse_entry(0, 1, R, usize::MAX, S), Err(BadRqe::OutOfRange));
+        Ok(())
+    }
+
+    #[test]
+    fn take_splits_ranges() -> Result {
+        let r = RefillRing::new(4)?;
+        // Written as the user would (the ring is shared memory).
+        let put = |i: u32, off: u64, len: u32, flags: u32| -> Result {
+            let at = RQES_OFF as usize + i as usize * core::mem::size_of::<uapi::zcrx_rs_rqe>();
+            r.mem
+                .atomic_u64(at)
+                .ok_or(EINVAL)?
+                .store(off, Ordering::Relaxed);
+            r.mem
+                .atomic_u32(at + 8)
+                .ok_or(EINVAL)?
+                .store(len, Ordering::Relaxed);
+            r.mem
+                .atomic_u32(at + 12)
+                .ok_or(EINVAL)?
+                .store(flags, Ordering::Relaxed);
+            Ok(())
+        };
+        const R: u32 = uapi::ZCRX_RS_RQE_RANGE;
+        put(0, 2 * P, 3 * P as u32, R)?; // buffers 2, 3, 4
+        put(1, 7 * P, 0, 0)?; // buffer 7
+        put(2, 3, 0, 0)?; // bad
+        r.index(TAIL_OFF).store(3, Ordering::Relaxed);
+        let mut pos = RingPos::default();
+        let mut got = KVec::new();
+        // Room for two buffers: the range is cut, its entry consumed.
+        let t = r.take(&mut pos, 16, S, 2, 4, |i| got.push(i, GFP_KERNEL).is_ok());
+        assert_eq!((t.ok, t.bad, t.entries), (2, 0, 1));
+        assert_eq!(r.index(HEAD_OFF).load(Ordering::Relaxed), 1);
+        // The rest of the range first, then the plain entry and the bad one.
+        let t = r.take(&mut pos, 16, S, 8, 4, |i| {
+            i != 7 && got.push(i, GFP_KERNEL).is_ok()
+        });
+        assert_eq!((t.ok, t.bad, t.entries), (1, 2, 2));
+        assert_eq!(&got[..], &[2, 3, 4]);
+        assert_eq!(r.index(HEAD_OFF).load(Ordering::Relaxed), 3);
+        // Nothing more.
+        let t = r.take(&mut pos, 16, S, 8, 4, |_| true);
+        assert_eq!((t.ok, t.bad, t.entries), (0, 0, 0));
         Ok(())
     }
 

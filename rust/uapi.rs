@@ -77,7 +77,7 @@ pod!(
         mmap_len,
         __resv
     },
-    zcrx_rs_rqe { off, len, __pad },
+    zcrx_rs_rqe { off, len, flags },
     zcrx_rs_recv {
         sockfd,
         flags,

@@ -20,7 +20,7 @@
 //! Lock order: a `Queue`'s `state` (mutex) is never held while the
 //! device's instance lock is taken ([`Zcrx::unbind`] takes the bindings
 //! out first), so it never nests against the core's lock → `state` order
-//! of `uninstall`; nor is `queues`. `ring_head` (BH spinlock) nests inside
+//! of `uninstall`; nor is `queues`. `ring_pos` (BH spinlock) nests inside
 //! nothing and takes the area's free list lock.
 
 use kernel::{
@@ -38,7 +38,7 @@ use crate::net::{
     page_pool::{AllocBatch, PagePool},
     provider::{self, memory_provider_ops, Binding, BindingSlot, MemoryProvider, Uninstall},
 };
-use crate::refill::{parse_rqe, RefillRing};
+use crate::refill::{RefillRing, RingPos};
 use crate::stats::{Stats, GLOBAL};
 use crate::uapi::ZCRX_RS_EVENT_ALLOC_FAIL;
 
@@ -67,7 +67,7 @@ pub(crate) struct Zcrx {
     ring: RefillRing,
     /// The kernel's consumer position in the refill ring.
     #[pin]
-    ring_head: SpinLockBh<u32>,
+    ring_pos: SpinLockBh<RingPos>,
     /// The queues bound, in binding order (empty for a copy-only context;
     /// kept after `uninstall` until UNBIND or close).
     #[pin]
@@ -104,7 +104,7 @@ impl Zcrx {
             try_pin_init!(Self {
                 area,
                 ring,
-                ring_head <- new_spinlock_bh!(0, "Zcrx::ring_head"),
+                ring_pos <- new_spinlock_bh!(RingPos::default(), "Zcrx::ring_pos"),
                 queues <- new_mutex!(KVec::new(), "Zcrx::queues"),
                 nodev,
                 stats: Stats::new(),
@@ -369,56 +369,53 @@ impl Zcrx {
     /// when copies need buffers while the queue sees no traffic.
     ///
     /// The ring lock (a BH spinlock, which the NAPI side also takes) is
-    /// held for at most [`DRAIN_CHUNK`] entries at a time, and one call
-    /// takes at most one ring's worth of entries.
+    /// held for at most [`DRAIN_CHUNK`] buffers at a time, and one call
+    /// reads at most one ring's worth of entries (and the buffers they
+    /// name).
     pub(crate) fn drain_refill(&self) {
-        let mut left = self.ring.entries();
-        while left > 0 {
-            let mut head = self.ring_head.lock();
-            let n = self.ring.available(*head).min(DRAIN_CHUNK).min(left);
-            if n == 0 {
+        let (nbufs, shift) = (self.area.nbufs(), self.area.buf_shift());
+        let mut entries = self.ring.entries();
+        loop {
+            let mut pos = self.ring_pos.lock();
+            let t = self.ring.take(
+                &mut pos,
+                nbufs,
+                shift,
+                DRAIN_CHUNK as usize,
+                entries.min(DRAIN_CHUNK),
+                |idx| self.user_return(idx),
+            );
+            drop(pos);
+            if t.ok == 0 && t.bad == 0 && t.entries == 0 {
                 break;
             }
-            let (mut ok, mut bad) = (0u64, 0u64);
-            for _ in 0..n {
-                let (off, pad) = self.ring.read(*head);
-                *head = head.wrapping_add(1);
-                match parse_rqe(off, pad, self.area.nbufs(), self.area.buf_shift()) {
-                    Ok(idx) if self.user_return(idx) => ok += 1,
-                    _ => bad += 1,
-                }
-            }
-            self.ring.set_head(*head);
-            drop(head);
-            self.stats.refill_ok.add(ok);
-            self.stats.refill_bad.add(bad);
-            left -= n;
+            entries -= t.entries;
+            self.stats.refill_ok.add(t.ok);
+            self.stats.refill_bad.add(t.bad);
         }
     }
 
     /// Takes buffers from the refill ring for `batch`'s pool: those whose
     /// last reference this drops and that belong to the pool go straight
-    /// into its cache.
+    /// into its cache, in the order the user gave them back (see below).
     fn refill_from_ring(&self, batch: &mut AllocBatch<'_>) {
-        let mut head = self.ring_head.lock();
-        let n = self.ring.available(*head).min(batch.room() as u32);
-        if n == 0 {
-            return;
-        }
-        let (mut ok, mut bad) = (0u64, 0u64);
         let niovs = self.area.niovs();
-        for _ in 0..n {
-            let (off, pad) = self.ring.read(*head);
-            *head = head.wrapping_add(1);
-            match parse_rqe(off, pad, self.area.nbufs(), self.area.buf_shift()) {
-                Ok(idx) if niovs.user_return(idx, Some(&mut *batch)) => ok += 1,
-                _ => bad += 1,
-            }
+        let mut pos = self.ring_pos.lock();
+        let t = self.ring.take(
+            &mut pos,
+            self.area.nbufs(),
+            self.area.buf_shift(),
+            batch.room(),
+            self.ring.entries(),
+            |idx| niovs.user_return(idx, Some(&mut *batch)),
+        );
+        drop(pos);
+        if t.ok != 0 {
+            self.stats.refill_ok.add(t.ok);
         }
-        self.ring.set_head(*head);
-        drop(head);
-        self.stats.refill_ok.add(ok);
-        self.stats.refill_bad.add(bad);
+        if t.bad != 0 {
+            self.stats.refill_bad.add(t.bad);
+        }
     }
 }
 
@@ -478,6 +475,13 @@ impl MemoryProvider for Queue {
             zcrx.fire(ZCRX_RS_EVENT_ALLOC_FAIL);
             return;
         }
+        // The pool hands out the batch's last buffer first: reversed, the
+        // NIC fills buffers in the order they came, from the ring as the
+        // user gave them back or from the free list in ascending order. A
+        // user that gives records back in stream order then keeps getting
+        // consecutive buffers for consecutive data, which
+        // `ZCRX_RS_RECV_MERGE` turns into one record.
+        batch.reverse();
         zcrx.area.niovs().sync_for_device(batch);
     }
 

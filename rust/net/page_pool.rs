@@ -212,6 +212,12 @@ impl<'a> AllocBatch<'a> {
         Ok(())
     }
 
+    /// Reverses the order of the buffers added so far (the pool hands out
+    /// the last one first).
+    pub(crate) fn reverse(&mut self) {
+        self.staged[..self.len].reverse();
+    }
+
     /// Buffers added so far.
     pub(crate) fn netmems(&self) -> impl Iterator<Item = Netmem<'_>> + '_ {
         // SAFETY: every entry was pushed from a `Netmem` valid while the

@@ -291,7 +291,7 @@ static void flush_wait(struct zcrx *z)
 
 		e->off = z->wait[z->wait_start++];
 		e->len = 0;
-		e->__pad = 0;
+		e->flags = 0;
 	}
 	if (n)
 		atomic_store_explicit(z->tail, z->tail_local, memory_order_release);
@@ -483,7 +483,7 @@ EXPORT int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int
 
 			e->off = recs[i].off & mask;
 			e->len = 0;
-			e->__pad = 0;
+			e->flags = 0;
 		}
 		if (direct)
 			atomic_store_explicit(z->tail, z->tail_local, memory_order_release);

@@ -25,6 +25,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("bind_with_xdp_attached", bind_with_xdp_attached),
     ("recv_bad_sockets", recv_bad_sockets),
     ("refill_bad_entries", refill_bad_entries),
+    ("refill_range_entries", refill_range_entries),
 ];
 
 fn area_bad_inputs(env: &Env) -> Outcome {
@@ -279,7 +280,7 @@ fn refill_bad_entries(env: &Env) -> Outcome {
             good,         // returned twice
         ];
         z.refill_raw(&bad, 0).map_err(|e| e.to_string())?;
-        z.refill_raw(&[good], 1).map_err(|e| e.to_string())?; // reserved field set
+        z.refill_raw(&[good], 2).map_err(|e| e.to_string())?; // an unknown flag
         // No page pool consumes the ring while the queue is idle; a receive
         // that runs out of buffers drains it. Make one run out: the area has
         // 16 buffers, send enough to need more.
@@ -319,6 +320,70 @@ fn refill_bad_entries(env: &Env) -> Outcome {
     env.diag(&format!(
         "refill ok {} bad {} (6 planted); held {} + free {} = all {} buffers",
         st.refill_ok, st.refill_bad, st.user_held, st.free_buffers, st.area_buffers
+    ));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// `ZCRX_RS_RQE_RANGE` entries: each buffer of a range goes back once if
+/// the user held it and counts as bad if not; bad ranges are refused whole;
+/// a range longer than one pass of the ring lock is finished in the next.
+fn refill_range_entries(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let h = in_netns(NS_A, move || {
+        let ps = page_size() as u64;
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(16 * ps as usize).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
+        // Three buffers held legitimately: loopback data is copied.
+        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let mut c = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        c.write_all(&vec![7u8; 3 * ps as usize]).map_err(|e| e.to_string())?;
+        let mut recs = [Rec::default(); 8];
+        let mut got = 0;
+        while got < 3 * ps {
+            let g = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| e.to_string())?;
+            got += g.bytes;
+        }
+        let held = z.stats().map_err(|e| e.to_string())?.user_held;
+        const R: u32 = ZCRX_RS_RQE_RANGE;
+        let e = |off, len, flags| zcrx_rs_rqe { off, len, flags };
+        let entries = [
+            e(0, 0, R),                        // no bytes
+            e(15 * ps + 1, ps as u32, R),      // past the area
+            e(u64::MAX, 2, R),                 // wraps
+            e(0, 1, R | 2),                    // an unknown flag
+            e(0, 16 * ps as u32, R),           // all: the held ones go back
+            e(ps + 5, 15 * ps as u32 - 5, R), // again: none is held now
+        ];
+        z.refill_entries(&entries).map_err(|e| e.to_string())?;
+        // UNBIND takes what the ring holds (no pool will).
+        z.unbind().map_err(|e| e.to_string())?;
+        let st = z.stats().map_err(|e| e.to_string())?;
+        let want_bad = 4 + (16 - held) + 15;
+        if st.refill_ok != held || st.refill_bad != want_bad {
+            return Err(format!(
+                "refill ok {} bad {}, expected {held} and {want_bad} ({held} buffers held)",
+                st.refill_ok, st.refill_bad
+            ));
+        }
+        if st.user_held != 0 {
+            return Err(format!("the user still holds {} buffers", st.user_held));
+        }
+        Ok((held, st))
+    });
+    let (held, st) = tryo!(join(h));
+    env.diag(&format!(
+        "{held} buffers held; 4 bad ranges, one over the whole area (ok {held}, bad {}), one over 15 buffers \
+         (bad 15): refill ok {} bad {}; the user holds none after",
+        16 - held,
+        st.refill_ok,
+        st.refill_bad
     ));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));

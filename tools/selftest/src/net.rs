@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::{self, sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-use zcrx::uapi::{ZCRX_RS_REC_COPY, ZCRX_RS_RECV_DONTWAIT};
+use zcrx::uapi::{ZCRX_RS_RECV_DONTWAIT, ZCRX_RS_RECV_MERGE, ZCRX_RS_REC_COPY};
 use zcrx::{Pattern, Rec, Zcrx};
 
 /// Receiver side namespace, device id 1, 192.0.2.1 / 2001:db8::1.
@@ -142,6 +142,8 @@ pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
 pub struct Nsim {
     /// Receiver netdev (in `nsa`).
     pub a: String,
+    /// Sender netdev (in `nsb`).
+    pub b: String,
     /// The receiver's ifindex, in its namespace.
     pub a_idx: u32,
     /// The sender's ifindex, in its namespace.
@@ -224,7 +226,7 @@ impl Nsim {
                 &format!("addr add {v4}/24 dev {d}\naddr add {v6}/64 dev {d} nodad\nlink set {d} up\nlink set lo up\n"),
             )?;
         }
-        Ok(Nsim { a, a_idx, b_idx, queues })
+        Ok(Nsim { a, b, a_idx, b_idx, queues })
     }
 
     fn down_quiet() {
@@ -251,6 +253,14 @@ impl Nsim {
         join(in_netns(NS_A, move || {
             zcrx::ethtool::set_header_split(idx, on).map_err(|e| format!("ethtool rings-set tcp-data-split: {e}"))
         }))
+    }
+
+    /// Sets the MTU of both devices.
+    pub fn mtu(&self, mtu: u32) -> Result<(), String> {
+        for (ns, d) in [(NS_A, &self.a), (NS_B, &self.b)] {
+            run("ip", &["-n", ns, "link", "set", d, "mtu", &mtu.to_string()], "")?;
+        }
+        Ok(())
     }
 
     /// netdevsim's counters of rx queue `q` of device `id` (1: receiver).
@@ -347,6 +357,10 @@ pub struct Rx {
     pub zc_bytes: u64,
     pub copy_bytes: u64,
     pub records: u64,
+    /// Buffers the zero-copy records touched (one reference each).
+    pub zc_bufs: u64,
+    /// Zero-copy records that span more than one buffer (merged).
+    pub merged: u64,
     pub enobufs: u64,
     /// Most refill entries that waited for room on the ring at once.
     pub backlog_max: u64,
@@ -368,6 +382,19 @@ pub fn receive_from(
     start: u64,
     stop_after: Option<u64>,
 ) -> Result<Rx, String> {
+    receive_flags(z, sock, pat, start, stop_after, 0)
+}
+
+/// [`receive_from`] with RECV flags `flags` (`ZCRX_RS_RECV_MERGE`).
+pub fn receive_flags(
+    z: &mut Zcrx,
+    sock: &TcpStream,
+    pat: &Pattern,
+    start: u64,
+    stop_after: Option<u64>,
+    flags: u32,
+) -> Result<Rx, String> {
+    let bs = z.buf_size() as u64;
     let mut recs = vec![Rec::default(); 128];
     let mut rx = Rx::default();
     let t0 = Instant::now();
@@ -378,7 +405,7 @@ pub fn receive_from(
         if t0.elapsed() > Duration::from_secs(300) {
             return Err(format!("receive timed out after {} bytes", rx.bytes));
         }
-        let got = match z.recv(sock.as_raw_fd(), &mut recs, 0) {
+        let got = match z.recv(sock.as_raw_fd(), &mut recs, flags) {
             Ok(g) => g,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                 // SO_RCVTIMEO ran out with nothing received: say where
@@ -414,6 +441,12 @@ pub fn receive_from(
                 rx.copy_bytes += u64::from(r.len);
             } else {
                 rx.zc_bytes += u64::from(r.len);
+                let bufs = (r.off + u64::from(r.len).max(1) - 1) / bs - r.off / bs + 1;
+                rx.zc_bufs += bufs;
+                rx.merged += u64::from(bufs > 1);
+            }
+            if flags & ZCRX_RS_RECV_MERGE == 0 && (r.off % bs) + u64::from(r.len) > bs {
+                return Err(format!("record off {} len {} crosses a buffer without ZCRX_RS_RECV_MERGE", r.off, r.len));
             }
         }
         if sum != got.bytes {

@@ -85,7 +85,7 @@ pub fn child_refill() -> ! {
             let i = (t & (entries - 1)) as usize;
             // SAFETY: entry `i` is inside the mapping and ours until `tail`
             // moves past it.
-            unsafe { base.add(rqes).cast::<zcrx_rs_rqe>().add(i).write(zcrx_rs_rqe { off, len: 0, __pad: 0 }) };
+            unsafe { base.add(rqes).cast::<zcrx_rs_rqe>().add(i).write(zcrx_rs_rqe { off, len: 0, flags: 0 }) };
             t = t.wrapping_add(1);
             written += 1;
         }

@@ -11,10 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zcrx::ktap::Outcome::{self, *};
+use zcrx::uapi::{ZCRX_RS_FEATURE_MERGE, ZCRX_RS_RECV_MERGE};
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
-use crate::net::{self, addr_a, join, receive, sender, with_receiver, with_receiver_rcvbuf, Nsim, Rx, DONTWAIT};
+use crate::net::{
+    self, addr_a, join, receive, receive_flags, sender, with_receiver, with_receiver_rcvbuf, Nsim, Rx, DONTWAIT,
+};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -26,6 +29,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("flow_on_unbound_queue_is_copied", flow_on_unbound_queue_is_copied),
     ("two_sockets_one_queue", two_sockets_one_queue),
     ("rcvlowat_honoured", rcvlowat_honoured),
+    ("merged_records_stream", merged_records_stream),
 ];
 
 /// One stream of `bytes` to receiver queue `rxq` from a sender on `cpu`;
@@ -390,6 +394,62 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
 
 /// Without any provider the pair behaves as before the patches: a plain
 /// stream arrives byte-exact and netdevsim DMAs nothing.
+/// `ZCRX_RS_RECV_MERGE`: a GRO packet's consecutive buffers come as one
+/// record, which goes back as one range entry; every byte is checked and
+/// every buffer comes back (the idle check after the test).
+fn merged_records_stream(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let info = tryo!(crate::common::info());
+    if info.features & u64::from(ZCRX_RS_FEATURE_MERGE) == 0 {
+        return Fail("the module does not say ZCRX_RS_FEATURE_MERGE".into());
+    }
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    // Each segment's payload fills one 4 KiB buffer (IPv6 + TCP with
+    // timestamps: 72 bytes of headers), and GRO puts consecutive segments
+    // into one skb: consecutive buffers, as the bench runs it.
+    tryo!(n.mtu(4096 + 72));
+    let bytes = env.bytes(64 << 20);
+    let port = 7011;
+    let pat = Arc::new(Pattern::new(11));
+    let p2 = pat.clone();
+    let before = tryo!(n.stats(1, 0));
+    let t0 = Instant::now();
+    let rx = with_receiver(n.a_idx, 0, 16 << 20, port, true, move |z, l| {
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(15))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        let rx = receive_flags(z, &s, &p2, 0, None, ZCRX_RS_RECV_MERGE)?;
+        let st = z.stats().map_err(|e| format!("stats: {e}"))?;
+        Ok((rx, st))
+    });
+    let sent = join(sender(addr_a(true, port), bytes, pat, 0));
+    let (rx, st) = tryo!(join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
+    let sent = tryo!(sent.map_err(|e| format!("sender: {e}")));
+    let d = delta(before, tryo!(n.stats(1, 0)));
+    if sent != bytes || rx.bytes != bytes {
+        return Fail(format!("sent {sent}, received {} of {bytes} bytes", rx.bytes));
+    }
+    env.diag(&format!(
+        "{}; {} zero-copy records for {} buffers ({} spanning several, {:.1} buffers per record)",
+        report(&rx, &st, d, t0.elapsed().as_secs_f64()),
+        rx.records - st.copy_records,
+        rx.zc_bufs,
+        rx.merged,
+        rx.zc_bufs as f64 / (rx.records - st.copy_records).max(1) as f64
+    ));
+    tryo!(check_zc("merged stream", &rx, &st, d));
+    // Merging happened: fewer records than buffers.
+    if rx.merged == 0 || rx.records >= rx.zc_bufs {
+        return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
+    }
+    if st.refill_bad != 0 {
+        return Fail(format!("{} refill entries refused", st.refill_bad));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
 fn no_provider_stream_unchanged(_env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));

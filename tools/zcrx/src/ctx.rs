@@ -133,6 +133,9 @@ struct Shared {
     /// Whether it is hugetlbfs memory (else plain pages: a buffer larger
     /// than a page is then not physically contiguous).
     huge: bool,
+    /// The module merges records of consecutive buffers and takes them
+    /// back as ranges (`ZCRX_RS_FEATURE_MERGE`): receive calls ask for it.
+    merge: bool,
     /// The refill ring and what waits for room in it. One producer at a
     /// time: the lock.
     refill: Mutex<Refill>,
@@ -147,7 +150,7 @@ struct Refill {
     stats_at: Option<usize>,
     /// Entries due while no ring is mapped (a failed rebind): they go out
     /// through the next ring.
-    orphans: Vec<u64>,
+    orphans: Vec<(u64, u32)>,
 }
 
 impl Shared {
@@ -164,8 +167,8 @@ impl Shared {
         }
         let mut f = self.refill();
         match f.ring.as_mut() {
-            Some(r) => r.give_back(recs.iter().map(|r| r.off)),
-            None => f.orphans.extend(recs.iter().map(|r| r.off)),
+            Some(r) => r.give_back(recs.iter().map(|r| (r.off, r.len))),
+            None => f.orphans.extend(recs.iter().map(|r| (r.off, r.len))),
         }
     }
 
@@ -259,7 +262,8 @@ impl Context {
             zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, buf_size: wire, ..Default::default() };
         ioctl(&fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::RegisterArea, e))?;
         let refill = Mutex::new(Refill { ring: None, stats_at: None, orphans: Vec::new() });
-        Ok(Context { shared: Arc::new(Shared { fd, area, area_len, buf_size: bs, huge: is_huge, refill }) })
+        let merge = i.features & u64::from(ZCRX_RS_FEATURE_MERGE) != 0;
+        Ok(Context { shared: Arc::new(Shared { fd, area, area_len, buf_size: bs, huge: is_huge, merge, refill }) })
     }
 
     /// What the module supports.
@@ -344,7 +348,7 @@ impl Context {
             Ok(map) => {
                 // `map.len` is `mmap_len`: the counters are inside it.
                 f.stats_at = stats_offset(b.offsets.stats, map.len as u64).map(|off| map.ptr as usize + off);
-                let mut ring = Ring::new(map, &b, due, self.shared.buf_size);
+                let mut ring = Ring::new(map, &b, due, self.shared.buf_size, self.shared.merge);
                 ring.flush_backlog();
                 f.ring = Some(ring);
                 Ok(())
@@ -391,6 +395,7 @@ impl Context {
             r.flush_backlog();
         }
         let mut recs = vec![zcrx_rs_rec::default(); n];
+        let flags = if self.shared.merge { flags | ZCRX_RS_RECV_MERGE } else { flags };
         let mut r = zcrx_rs_recv {
             sockfd: sock.as_fd().as_raw_fd(),
             flags,

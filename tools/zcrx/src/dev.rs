@@ -126,41 +126,57 @@ pub(crate) struct Ring {
     entries: u32,
     /// Our producer position (the kernel only reads `tail`).
     tail: u32,
-    /// Entries that did not fit yet (see [`Zcrx::refill`]), oldest first.
-    pub(crate) backlog: Vec<u64>,
+    /// Records whose entries did not fit yet (see [`Zcrx::refill`]), as
+    /// `(off, len)`, oldest first.
+    pub(crate) backlog: Vec<(u64, u32)>,
     /// Clears the offset-within-buffer bits of an area offset.
     buf_mask: u64,
+    /// The module takes `ZCRX_RS_RQE_RANGE` entries: a record goes back as
+    /// it came, merged or not.
+    ranges: bool,
 }
 
 impl Ring {
     /// The ring that `BIND` (`b`, its output) set up, mapped as `map`;
     /// `backlog`: entries still due from an earlier ring.
-    /// `buf_size`: the area's buffer size.
-    pub(crate) fn new(map: Mapping, b: &zcrx_rs_bind, backlog: Vec<u64>, buf_size: usize) -> Self {
-        Ring {
-            map,
-            offsets: b.offsets,
-            entries: b.rq_entries,
-            tail: 0,
-            backlog,
-            buf_mask: !(buf_size as u64 - 1),
+    /// `buf_size`: the area's buffer size; `ranges`: the module takes
+    /// `ZCRX_RS_RQE_RANGE` entries (`ZCRX_RS_FEATURE_MERGE`).
+    pub(crate) fn new(
+        map: Mapping,
+        b: &zcrx_rs_bind,
+        backlog: Vec<(u64, u32)>,
+        buf_size: usize,
+        ranges: bool,
+    ) -> Self {
+        Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0, backlog, buf_mask: !(buf_size as u64 - 1), ranges }
+    }
+
+    /// The entry that gives back the buffers of record `(off, len)`: a
+    /// range (one reference to each buffer it touches, which is what a
+    /// merged record holds), or, from a module without ranges, the one
+    /// buffer it lies in.
+    fn entry(&self, (off, len): (u64, u32)) -> zcrx_rs_rqe {
+        if self.ranges {
+            zcrx_rs_rqe { off, len: len.max(1), flags: ZCRX_RS_RQE_RANGE }
+        } else {
+            zcrx_rs_rqe { off: off & self.buf_mask, len: 0, flags: 0 }
         }
     }
 
-    /// Hands buffers back, one entry per offset: straight onto the ring
-    /// while it has room and nothing older waits, into the backlog
-    /// otherwise (oldest first); one release store publishes them all.
-    pub(crate) fn give_back(&mut self, offs: impl ExactSizeIterator<Item = u64>) {
+    /// Hands the buffers of records `(off, len)` back, one entry per
+    /// record: straight onto the ring while it has room and nothing older
+    /// waits, into the backlog otherwise (oldest first); one release store
+    /// publishes them all.
+    pub(crate) fn give_back(&mut self, recs: impl ExactSizeIterator<Item = (u64, u32)>) {
         self.flush_backlog();
-        let mask = self.buf_mask;
-        let mut direct = if self.backlog.is_empty() { self.room().min(offs.len()) } else { 0 };
+        let mut direct = if self.backlog.is_empty() { self.room().min(recs.len()) } else { 0 };
         let published = direct > 0;
-        for off in offs {
+        for rec in recs {
             if direct > 0 {
-                self.write(off & mask, 0);
+                self.write(self.entry(rec));
                 direct -= 1;
             } else {
-                self.backlog.push(off & mask);
+                self.backlog.push(rec);
             }
         }
         if published {
@@ -191,9 +207,9 @@ impl Ring {
 
     /// Writes one entry (the caller checked `room`); [`Ring::publish`]
     /// makes the written entries visible to the kernel.
-    pub(crate) fn write(&mut self, off: u64, pad: u32) {
+    pub(crate) fn write(&mut self, e: zcrx_rs_rqe) {
         // SAFETY: the entry is ours until `tail` moves past it.
-        unsafe { self.rqe(self.tail).write(zcrx_rs_rqe { off, len: 0, __pad: pad }) };
+        unsafe { self.rqe(self.tail).write(e) };
         self.tail = self.tail.wrapping_add(1);
     }
 
@@ -208,7 +224,7 @@ impl Ring {
             return;
         }
         for i in 0..n {
-            self.write(self.backlog[i], 0);
+            self.write(self.entry(self.backlog[i]));
         }
         self.publish();
         self.backlog.drain(..n);
@@ -362,7 +378,8 @@ impl Zcrx {
         // Binding again after UNBIND: the kernel took what the old ring held;
         // returns still waiting in its backlog go through the new ring.
         let backlog = self.ring.take().map(|r| r.backlog).unwrap_or_default();
-        self.ring = Some(Ring::new(map, &b, backlog, self.buf_size));
+        let ranges = self.info().is_ok_and(|i| i.features & u64::from(ZCRX_RS_FEATURE_MERGE) != 0);
+        self.ring = Some(Ring::new(map, &b, backlog, self.buf_size, ranges));
         Ok(())
     }
 
@@ -479,13 +496,27 @@ impl Zcrx {
     /// receive call when it runs out of buffers).
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        ring.give_back(recs.iter().map(|r| r.off));
+        ring.give_back(recs.iter().map(|r| (r.off, r.len)));
         Ok(())
     }
 
     /// Entries waiting to go onto the refill ring.
     pub fn refill_backlog(&self) -> usize {
         self.ring.as_ref().map_or(0, |r| r.backlog.len())
+    }
+
+    /// Puts raw entries on the refill ring as they are, all or none
+    /// (`WouldBlock`); tests use bad ones on purpose.
+    pub fn refill_entries(&mut self, entries: &[zcrx_rs_rqe]) -> io::Result<()> {
+        if self.refill_room() < entries.len() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
+        for e in entries {
+            ring.write(*e);
+        }
+        ring.publish();
+        Ok(())
     }
 
     /// Puts raw entries on the refill ring, all or none (`WouldBlock`);
@@ -496,7 +527,7 @@ impl Zcrx {
         }
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
         for &off in offs {
-            ring.write(off, pad);
+            ring.write(zcrx_rs_rqe { off, len: 0, flags: pad });
         }
         ring.publish();
         Ok(())

@@ -70,6 +70,8 @@ struct zcrx_rs_info {
 #define ZCRX_RS_FEATURE_SHARE		(1ULL << 7)	/* a context fd serves any
 							 * process holding it
 							 * (SCM_RIGHTS, fork) */
+#define ZCRX_RS_FEATURE_MERGE		(1ULL << 8)	/* ZCRX_RS_RECV_MERGE,
+							 * ZCRX_RS_RQE_RANGE */
 
 /*
  * ZCRX_RS_IOC_REGISTER_AREA: pin user memory as receive buffers.
@@ -148,12 +150,22 @@ struct zcrx_rs_bind {
 #define ZCRX_RS_BIND_NODEV	(1U << 0)	/* copy-only: no queue */
 #define ZCRX_RS_BIND_ADD_QUEUE	(1U << 1)	/* one more queue, same device */
 
-/* One refill ring entry: hand buffer [off, off + buffer size) back. */
+/*
+ * One refill ring entry: hand buffer [off, off + buffer size) back, or, with
+ * ZCRX_RS_RQE_RANGE, one reference to each buffer that [off, off + len)
+ * touches: a record returned as RECV gave it, merged or not.
+ */
 struct zcrx_rs_rqe {
-	__u64	off;			/* buffer aligned offset in the area */
-	__u32	len;			/* ignored (informational) */
-	__u32	__pad;			/* must be zero */
+	__u64	off;			/* buffer aligned offset in the area
+					 * (any offset with ZCRX_RS_RQE_RANGE) */
+	__u32	len;			/* ignored (informational); bytes, at
+					 * least 1, with ZCRX_RS_RQE_RANGE */
+	__u32	flags;			/* 0 or ZCRX_RS_RQE_RANGE (was __pad) */
 };
+
+#define ZCRX_RS_RQE_RANGE	(1U << 0)	/* [off, off + len), one
+						 * reference per buffer it
+						 * touches */
 
 /* One receive record: the next @len bytes of the stream are at @off. */
 struct zcrx_rs_rec {
@@ -177,6 +189,19 @@ struct zcrx_rs_recv {
 };
 
 #define ZCRX_RS_RECV_DONTWAIT	(1U << 0)	/* like MSG_DONTWAIT */
+#define ZCRX_RS_RECV_MERGE	(1U << 1)	/* one record for consecutive
+						 * buffers of a packet (see
+						 * below) */
+
+/*
+ * With ZCRX_RS_RECV_MERGE, a zero-copy record may span several buffers: a
+ * piece of the stream that starts a buffer and follows the previous
+ * record's last byte in the area extends that record instead of starting
+ * one, within one packet (GRO/LRO skb). Such a record holds one reference
+ * to each buffer it touches; give it back with one ZCRX_RS_RQE_RANGE entry
+ * of its off and len (or one plain entry per buffer). Without the flag
+ * every record lies within one buffer.
+ */
 
 /*
  * ZCRX_RS_IOC_EVENTS: arm events, collect those that fired. An armed event

@@ -15,11 +15,14 @@ pub const ZCRX_RS_FEATURE_EVENTS: u32 = 16;
 pub const ZCRX_RS_FEATURE_DMABUF: u32 = 32;
 pub const ZCRX_RS_FEATURE_NETLINK: u32 = 64;
 pub const ZCRX_RS_FEATURE_SHARE: u32 = 128;
+pub const ZCRX_RS_FEATURE_MERGE: u32 = 256;
 pub const ZCRX_RS_AREA_DMABUF: u32 = 1;
 pub const ZCRX_RS_BIND_NODEV: u32 = 1;
 pub const ZCRX_RS_BIND_ADD_QUEUE: u32 = 2;
+pub const ZCRX_RS_RQE_RANGE: u32 = 1;
 pub const ZCRX_RS_REC_COPY: u32 = 1;
 pub const ZCRX_RS_RECV_DONTWAIT: u32 = 1;
+pub const ZCRX_RS_RECV_MERGE: u32 = 2;
 pub const ZCRX_RS_EVENT_ALLOC_FAIL: u32 = 1;
 pub const ZCRX_RS_EVENT_COPY: u32 = 2;
 pub const ZCRX_RS_IOC_MAGIC: u32 = 189;
@@ -188,7 +191,7 @@ const _: () = {
 pub struct zcrx_rs_rqe {
     pub off: __u64,
     pub len: __u32,
-    pub __pad: __u32,
+    pub flags: __u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -196,7 +199,7 @@ const _: () = {
     ["Alignment of zcrx_rs_rqe"][::core::mem::align_of::<zcrx_rs_rqe>() - 8usize];
     ["Offset of field: zcrx_rs_rqe::off"][::core::mem::offset_of!(zcrx_rs_rqe, off) - 0usize];
     ["Offset of field: zcrx_rs_rqe::len"][::core::mem::offset_of!(zcrx_rs_rqe, len) - 8usize];
-    ["Offset of field: zcrx_rs_rqe::__pad"][::core::mem::offset_of!(zcrx_rs_rqe, __pad) - 12usize];
+    ["Offset of field: zcrx_rs_rqe::flags"][::core::mem::offset_of!(zcrx_rs_rqe, flags) - 12usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
