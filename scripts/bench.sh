@@ -9,7 +9,8 @@ set -euo pipefail
 usage() {
 	cat <<USAGE
 usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iouring-zcrx zcrx-rs"]
-                       (another mode: zcrx-rs-copy, bound and unbound: RECV's copy fallback)
+                       (more modes: zcrx-rs-copy, bound and unbound: RECV's copy fallback;
+                       zcrx-rs-nomerge, one record per buffer)
                        [--buf-sizes "4096 32768"] [--mtu MTU] [--rcvlowat BYTES]
                        [--profile] [--module KO] [--module-b KO] [--icount [SHIFT]] [--cpus 1|2]
                        [--scale [--series "write_size flows queues"]] [--split]

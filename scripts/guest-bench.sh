@@ -25,7 +25,7 @@ mtu_of() {
 	echo "${BENCH_MTU:-$(($1 + 72))}"
 }
 is_zc() {
-	case ${1%@b} in iouring-zcrx|zcrx-rs|zcrx-rs-copy) return 0 ;; esac
+	case ${1%@b} in iouring-zcrx|zcrx-rs|zcrx-rs-nomerge|zcrx-rs-copy) return 0 ;; esac
 	return 1
 }
 MTUS=

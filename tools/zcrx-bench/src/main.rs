@@ -47,7 +47,7 @@ use std::os::fd::AsRawFd;
 use std::process::exit;
 use std::time::{Duration, Instant};
 
-use zcrx::uapi::ZCRX_RS_REC_COPY;
+use zcrx::uapi::{ZCRX_RS_FEATURE_MERGE, ZCRX_RS_RECV_MERGE, ZCRX_RS_REC_COPY};
 use zcrx::{Pattern, Rec, Zcrx};
 
 const SEED: u64 = 0x5eed;
@@ -65,7 +65,11 @@ enum Mode {
     Copy,
     Trunc,
     IouringZcrx,
+    /// zcrx-rs, records of consecutive buffers merged when the module can
+    /// (`ZCRX_RS_RECV_MERGE`, given back as ranges).
     ZcrxRs,
+    /// zcrx-rs with one record per buffer (no `ZCRX_RS_RECV_MERGE`).
+    ZcrxRsNoMerge,
     /// zcrx-rs bound and unbound again before the flow starts: RECV copies
     /// every byte into the area (the copy fallback, with its per-call
     /// budget and the refill ring drained by RECV itself).
@@ -79,6 +83,7 @@ impl Mode {
             "trunc" => Mode::Trunc,
             "iouring-zcrx" => Mode::IouringZcrx,
             "zcrx-rs" => Mode::ZcrxRs,
+            "zcrx-rs-nomerge" => Mode::ZcrxRsNoMerge,
             "zcrx-rs-copy" => Mode::ZcrxRsCopy,
             _ => return None,
         })
@@ -90,13 +95,14 @@ impl Mode {
             Mode::Trunc => "trunc",
             Mode::IouringZcrx => "iouring-zcrx",
             Mode::ZcrxRs => "zcrx-rs",
+            Mode::ZcrxRsNoMerge => "zcrx-rs-nomerge",
             Mode::ZcrxRsCopy => "zcrx-rs-copy",
         }
     }
 
     /// Modes with an area, and so a buffer size.
     fn has_area(self) -> bool {
-        matches!(self, Mode::IouringZcrx | Mode::ZcrxRs | Mode::ZcrxRsCopy)
+        matches!(self, Mode::IouringZcrx | Mode::ZcrxRs | Mode::ZcrxRsNoMerge | Mode::ZcrxRsCopy)
     }
 }
 
@@ -448,8 +454,10 @@ fn server(o: &Opts) {
     };
     // The size the kernel took (io_uring says it back); 0: no area.
     let mut buf_size = 0;
+    // RECV flags of the zcrx-rs modes.
+    let mut zflags = 0;
     match o.mode {
-        Mode::ZcrxRs | Mode::ZcrxRsCopy => {
+        Mode::ZcrxRs | Mode::ZcrxRsNoMerge | Mode::ZcrxRsCopy => {
             let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx", e));
             let reg = if bs == page { 0 } else { bs };
             z.register_area_with(area, reg, huge).unwrap_or_else(|e| die(&what("register area"), e));
@@ -461,6 +469,10 @@ fn server(o: &Opts) {
                 z.unbind().unwrap_or_else(|e| die("unbind", e));
             }
             buf_size = z.buf_size();
+            let merges = z.info().is_ok_and(|i| i.features & u64::from(ZCRX_RS_FEATURE_MERGE) != 0);
+            if o.mode == Mode::ZcrxRs && merges {
+                zflags = ZCRX_RS_RECV_MERGE;
+            }
             zc = Some(z);
         }
         Mode::IouringZcrx => {
@@ -520,12 +532,14 @@ fn server(o: &Opts) {
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
     let (mut total, mut copied, mut calls) = (0u64, 0u64, 0u64);
+    // Records (zcrx-rs) or data completions (io_uring zcrx) handled.
+    let mut records = 0u64;
     let mut s: &TcpStream = &socks[0];
     // Several queues: the many-flow loops, which know which queue a flow is on.
     let multi = o.flows > 1 || o.queues > 1;
     if multi {
-        let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut(), &napi);
-        (total, copied, calls, smp.checked) = (m.total, m.copied, m.calls, m.checked);
+        let m = multi::receive(o.mode, &socks, zc.as_mut(), ring.as_mut(), &napi, zflags);
+        (total, copied, calls, records, smp.checked) = (m.total, m.copied, m.calls, m.records, m.checked);
     }
     match o.mode {
         _ if multi => {}
@@ -557,12 +571,12 @@ fn server(o: &Opts) {
                 total += n as u64;
             }
         }
-        Mode::ZcrxRs | Mode::ZcrxRsCopy => {
+        Mode::ZcrxRs | Mode::ZcrxRsNoMerge | Mode::ZcrxRsCopy => {
             let z = zc.as_mut().expect("set up above");
             let mut recs = vec![Rec::default(); 1024];
             loop {
                 calls += 1;
-                let got = match in_call(|| z.recv(s.as_raw_fd(), &mut recs, 0)) {
+                let got = match in_call(|| z.recv(s.as_raw_fd(), &mut recs, zflags)) {
                     Ok(g) => g,
                     Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
                     Err(e) => die("zcrx recv", e),
@@ -570,6 +584,7 @@ fn server(o: &Opts) {
                 if got.bytes == 0 {
                     break;
                 }
+                records += got.records as u64;
                 for r in &recs[..got.records] {
                     smp.check(total, z.data(r));
                     total += u64::from(r.len);
@@ -607,6 +622,7 @@ fn server(o: &Opts) {
                     }
                     smp.check(total, data);
                     total += c.len as u64;
+                    records += 1;
                     rearm |= !c.more;
                 })
                 .unwrap_or_else(|e| die("io_uring_enter", e));
@@ -636,7 +652,7 @@ fn server(o: &Opts) {
     let line = format!(
         "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
          \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
-         \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\
+         \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\"records\":{records},\
          \"verified_bytes\":{},\"napi_dev_secs\":{napi_dev:.4},\"napi_other_secs\":{napi_other:.4},{sender_secs}{}\"rcvlowat\":{rcvlowat},\"rcvbuf\":{},\"flows\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
         o.mode.name(),
         total as f64 * 8.0 / secs / 1e9,

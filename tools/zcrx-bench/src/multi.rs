@@ -27,6 +27,8 @@ pub struct Totals {
     pub copied: u64,
     /// Receive calls (for io_uring: completion batches).
     pub calls: u64,
+    /// Records (zcrx-rs) or data completions (io_uring zcrx).
+    pub records: u64,
     pub checked: u64,
 }
 
@@ -47,13 +49,14 @@ pub fn receive(
     zc: Option<&mut Zcrx>,
     ring: Option<&mut ZcrxRing>,
     napi: &[u32],
+    zflags: u32,
 ) -> Totals {
     let mut flows: Vec<Flow<'_>> =
         socks.iter().map(|s| Flow { s, smp: Sampler::new(SEED), off: 0, done: false }).collect();
-    let mut t = Totals { total: 0, copied: 0, calls: 0, checked: 0 };
+    let mut t = Totals { total: 0, copied: 0, calls: 0, records: 0, checked: 0 };
     match mode {
         Mode::IouringZcrx => uring(&mut flows, ring.expect("set up"), napi, &mut t),
-        _ => polled(mode, &mut flows, zc, &mut t),
+        _ => polled(mode, &mut flows, zc, zflags, &mut t),
     }
     t.total = flows.iter().map(|f| f.off).sum();
     t.checked = flows.iter().map(|f| f.smp.checked).sum();
@@ -61,7 +64,7 @@ pub fn receive(
 }
 
 /// `epoll_wait()`, then one non-blocking call per ready connection.
-fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut Totals) {
+fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, zflags: u32, t: &mut Totals) {
     // SAFETY: plain epoll_create1; the fd is ours.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep < 0 {
@@ -129,10 +132,11 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, t: &mut
                         Some(n as u64)
                     }
                 }
-                Mode::ZcrxRs | Mode::ZcrxRsCopy => {
+                Mode::ZcrxRs | Mode::ZcrxRsNoMerge | Mode::ZcrxRsCopy => {
                     let z = zc.as_deref_mut().expect("set up");
-                    match crate::in_call(|| z.recv(f.s.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT)) {
+                    match crate::in_call(|| z.recv(f.s.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT | zflags)) {
                         Ok(g) => {
+                            t.records += g.records as u64;
                             let mut off = f.off;
                             for r in &recs[..g.records] {
                                 f.smp.check(off, z.data(r));
@@ -212,6 +216,7 @@ fn uring(flows: &mut [Flow<'_>], r: &mut ZcrxRing, napi: &[u32], t: &mut Totals)
             }
             f.smp.check(f.off, data);
             f.off += c.len as u64;
+            t.records += 1;
             if !c.more {
                 rearm.push(c.tag as usize);
             }

@@ -51,11 +51,11 @@ fn spread(v: &[f64], prec: usize) -> String {
     format!("{:.prec$} ({lo:.prec$}-{hi:.prec$})", median(v.to_vec()))
 }
 
-const MODES: [&str; 5] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs", "zcrx-rs-copy"];
+const MODES: [&str; 6] = ["copy", "trunc", "iouring-zcrx", "zcrx-rs", "zcrx-rs-nomerge", "zcrx-rs-copy"];
 
 /// Modes with an area of buffers (`M@b`: mode M with a second module).
 fn has_area(mode: &str) -> bool {
-    matches!(mode.trim_end_matches("@b"), "iouring-zcrx" | "zcrx-rs" | "zcrx-rs-copy")
+    matches!(mode.trim_end_matches("@b"), "iouring-zcrx" | "zcrx-rs" | "zcrx-rs-nomerge" | "zcrx-rs-copy")
 }
 
 /// `4 KiB`, `32 KiB`, `2 MiB`; `-` for 0 (no buffers of its own).
@@ -223,6 +223,12 @@ pub fn report(path: &str) -> Result<(), String> {
     add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.3 (4 KiB), <= 1.0 (32 KiB)", &|b, m| {
         ratio(c("zcrx-rs", b, m), c("trunc", 0, m))
     });
+    if keys.iter().any(|k| k.mode == "zcrx-rs-nomerge") {
+        add("CPU/GiB zcrx-rs / zcrx-rs-nomerge".into(), "-", &|b, m| ratio(c("zcrx-rs", b, m), c("zcrx-rs-nomerge", b, m)));
+        add("CPU/GiB zcrx-rs-nomerge / iouring-zcrx".into(), "-", &|b, m| {
+            ratio(c("zcrx-rs-nomerge", b, m), c("iouring-zcrx", b, m))
+        });
+    }
     if modes.iter().any(|m| m == "zcrx-rs-copy") && keys.iter().any(|k| k.mode == "zcrx-rs-copy") {
         add("CPU/GiB zcrx-rs-copy / copy".into(), "-", &|b, m| ratio(c("zcrx-rs-copy", b, m), c("copy", 0, m)));
     }
