@@ -24,7 +24,7 @@ use crate::net::{
     skb::SkBuff,
     sock::{ActorResult, LockedSock, TcpSocket, TcpState},
 };
-use crate::uapi::{zcrx_rs_rec, ZCRX_RS_EVENT_COPY, ZCRX_RS_REC_COPY};
+use crate::uapi::{zcrx_rs_rec, ZCRX_RS_EVENT_COPY, ZCRX_RS_RANGE_MAX_BUFS, ZCRX_RS_REC_COPY};
 use crate::zcrx::Zcrx;
 
 /// Records buffered before they are written to user memory.
@@ -105,15 +105,15 @@ impl<S: RecordSink> RecordBatch<S> {
 
     /// Extends the last buffered record by `n` bytes at area offset `off`
     /// if that is where it ends and it is a zero-copy one; false (nothing
-    /// changes) otherwise, or if its length would overflow.
-    pub(crate) fn extend_last(&mut self, off: u64, n: u32) -> bool {
+    /// changes) otherwise, or if it would grow past `max_len` bytes.
+    pub(crate) fn extend_last(&mut self, off: u64, n: u32, max_len: u32) -> bool {
         let Some(last) = self.n.checked_sub(1).map(|i| &mut self.buf[i]) else {
             return false;
         };
         if last.flags != 0 || last.off.checked_add(u64::from(last.len)) != Some(off) {
             return false;
         }
-        let Some(len) = last.len.checked_add(n) else {
+        let Some(len) = last.len.checked_add(n).filter(|&l| l <= max_len) else {
             return false;
         };
         last.len = len;
@@ -347,21 +347,27 @@ impl<S: RecordSink> Walker<'_, S> {
         if boff + n > 1 << shift {
             return Err(EFAULT);
         }
-        if !self.make_room() {
+        if self.stop.is_some() {
             return Ok(0);
         }
         let idx = buf.idx();
-        // The skb keeps its reference; the user's keeps the buffer from
-        // being recycled while the user reads it.
-        buf.give_to_user();
         let off = ((idx << shift) + boff) as u64;
-        // Merged only at a buffer's start: each buffer a record touches is
-        // then one piece of it with one user reference, and the record
-        // goes back as one range (`ZCRX_RS_RQE_RANGE`).
-        if self.merge && boff == 0 && self.batch.extend_last(off, n as u32) {
+        // Merged only at a buffer's start, up to ZCRX_RS_RANGE_MAX_BUFS
+        // buffers: each buffer a record touches is then one piece of it
+        // with one user reference, and the record goes back as one range
+        // (`ZCRX_RS_RQE_RANGE`). Needs no room in the record array.
+        let max_len = (u64::from(ZCRX_RS_RANGE_MAX_BUFS) << shift).min(u32::MAX.into()) as u32;
+        if self.merge && boff == 0 && self.batch.extend_last(off, n as u32, max_len) {
+            // The skb keeps its reference; the user's keeps the buffer
+            // from being recycled while the user reads it.
+            buf.give_to_user();
             self.tally.zc_bytes += n as u64;
             return Ok(n);
         }
+        if !self.make_room() {
+            return Ok(0);
+        }
+        buf.give_to_user();
         let rec = zcrx_rs_rec {
             off,
             len: n as u32,
@@ -644,23 +650,25 @@ mod tests {
         };
         let p = PAGE_SIZE as u64;
         let mut b = RecordBatch::new(&mut s, 100);
-        assert!(!b.extend_last(0, 10)); // nothing to extend
+        let m = u32::MAX;
+        assert!(!b.extend_last(0, 10, m)); // nothing to extend
         let full = |i: u64| zcrx_rs_rec {
             off: i * p,
             len: p as u32,
             flags: 0,
         };
         assert!(b.push(full(3)).is_ok());
-        assert!(b.extend_last(4 * p, p as u32));
-        assert!(!b.extend_last(6 * p, 10)); // a gap
-        assert!(!b.extend_last(4 * p, 10)); // not where it ends now
+        assert!(!b.extend_last(4 * p, p as u32, 2 * p as u32 - 1)); // too long
+        assert!(b.extend_last(4 * p, p as u32, 2 * p as u32));
+        assert!(!b.extend_last(6 * p, 10, m)); // a gap
+        assert!(!b.extend_last(4 * p, 10, m)); // not where it ends now
         assert!(b
             .push(zcrx_rs_rec {
                 flags: ZCRX_RS_REC_COPY,
                 ..full(5)
             })
             .is_ok());
-        assert!(!b.extend_last(6 * p, 10)); // a copy record stays alone
+        assert!(!b.extend_last(6 * p, 10, m)); // a copy record stays alone
         assert!(b
             .push(zcrx_rs_rec {
                 off: 9 * p,
@@ -668,7 +676,7 @@ mod tests {
                 flags: 0
             })
             .is_ok());
-        assert!(!b.extend_last(9 * p + u64::from(u32::MAX - 1), 2)); // overflow
+        assert!(!b.extend_last(9 * p + u64::from(u32::MAX - 1), 2, m)); // overflow
         assert_eq!(b.pending_bytes(), 3 * p + u64::from(u32::MAX - 1));
         b.flush()?;
         assert_eq!(b.delivered(), 3);

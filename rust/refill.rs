@@ -45,6 +45,8 @@ pub(crate) enum BadRqe {
     Pad,
     /// A range of no bytes.
     Empty,
+    /// A range over more than `ZCRX_RS_RANGE_MAX_BUFS` buffers.
+    TooLong,
     /// Offset not at a buffer boundary.
     Unaligned,
     /// Offset beyond the area.
@@ -110,11 +112,15 @@ pub(crate) fn parse_entry(
         return Err(BadRqe::OutOfRange);
     }
     let first = off >> buf_shift;
-    let last = (end - 1) >> buf_shift;
-    // `first <= last < nbufs`: checked above; no speculation past it.
+    let count = ((end - 1) >> buf_shift) - first + 1;
+    if count > u64::from(uapi::ZCRX_RS_RANGE_MAX_BUFS) {
+        return Err(BadRqe::TooLong);
+    }
+    // `first + count <= nbufs`: checked above (`take` keeps every index
+    // of the range from speculation past it).
     Ok(BufRange {
-        first: index_nospec(first as usize, nbufs),
-        count: (last - first + 1) as usize,
+        first: first as usize,
+        count: count as usize,
     })
 }
 
@@ -242,7 +248,8 @@ impl RefillRing {
         let mut bufs = 0;
         while bufs < max_bufs {
             if pos.left > 0 {
-                let idx = pos.next;
+                // In the area (`parse_entry`); no speculation past it.
+                let idx = index_nospec(pos.next, nbufs);
                 pos.next += 1;
                 pos.left -= 1;
                 bufs += 1;
@@ -357,6 +364,11 @@ mod tests {
         // Merged records: every buffer touched.
         assert_eq!(parse_entry(5 * P + 100, P as u32, R, 16, S), br(5, 2));
         assert_eq!(parse_entry(0, 16 * P as u32, R, 16, S), br(0, 16));
+        // At most ZCRX_RS_RANGE_MAX_BUFS buffers.
+        let max = uapi::ZCRX_RS_RANGE_MAX_BUFS as usize;
+        let mp = max as u32 * P as u32;
+        assert_eq!(parse_entry(P, mp, R, 2 * max, S), br(1, max));
+        assert_eq!(parse_entry(P + 1, mp, R, 2 * max, S), Err(BadRqe::TooLong));
         assert_eq!(parse_entry(15 * P + 1, P as u32 - 1, R, 16, S), br(15, 1));
         // Large buffers.
         assert_eq!(parse_entry(9 * P, 8 * P as u32, R, 4, S + 3), br(1, 2));

@@ -40,7 +40,7 @@ use crate::net::{
 };
 use crate::refill::{RefillRing, RingPos};
 use crate::stats::{Stats, GLOBAL};
-use crate::uapi::ZCRX_RS_EVENT_ALLOC_FAIL;
+use crate::uapi::{ZCRX_RS_EVENT_ALLOC_FAIL, ZCRX_RS_RANGE_MAX_BUFS};
 
 memory_provider_ops!(ZCRX_OPS, Queue);
 
@@ -370,26 +370,29 @@ impl Zcrx {
     ///
     /// The ring lock (a BH spinlock, which the NAPI side also takes) is
     /// held for at most [`DRAIN_CHUNK`] buffers at a time, and one call
-    /// reads at most one ring's worth of entries (and the buffers they
-    /// name).
+    /// reads at most one ring's worth of entries and handles at most as
+    /// many buffers as they (and a range begun before) can name.
     pub(crate) fn drain_refill(&self) {
         let (nbufs, shift) = (self.area.nbufs(), self.area.buf_shift());
         let mut entries = self.ring.entries();
-        loop {
+        let mut bufs = (entries as usize + 1) * ZCRX_RS_RANGE_MAX_BUFS as usize;
+        while bufs > 0 {
             let mut pos = self.ring_pos.lock();
             let t = self.ring.take(
                 &mut pos,
                 nbufs,
                 shift,
-                DRAIN_CHUNK as usize,
+                bufs.min(DRAIN_CHUNK as usize),
                 entries.min(DRAIN_CHUNK),
                 |idx| self.user_return(idx),
             );
             drop(pos);
-            if t.ok == 0 && t.bad == 0 && t.entries == 0 {
+            let done = (t.ok + t.bad) as usize;
+            if done == 0 && t.entries == 0 {
                 break;
             }
             entries -= t.entries;
+            bufs = bufs.saturating_sub(done);
             self.stats.refill_ok.add(t.ok);
             self.stats.refill_bad.add(t.bad);
         }
@@ -397,7 +400,8 @@ impl Zcrx {
 
     /// Takes buffers from the refill ring for `batch`'s pool: those whose
     /// last reference this drops and that belong to the pool go straight
-    /// into its cache, in the order the user gave them back (see below).
+    /// into its cache (in the order the user gave them back, see
+    /// `alloc_netmems`).
     fn refill_from_ring(&self, batch: &mut AllocBatch<'_>) {
         let niovs = self.area.niovs();
         let mut pos = self.ring_pos.lock();

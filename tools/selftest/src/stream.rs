@@ -392,11 +392,10 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
     Pass
 }
 
-/// Without any provider the pair behaves as before the patches: a plain
-/// stream arrives byte-exact and netdevsim DMAs nothing.
 /// `ZCRX_RS_RECV_MERGE`: a GRO packet's consecutive buffers come as one
-/// record, which goes back as one range entry; every byte is checked and
-/// every buffer comes back (the idle check after the test).
+/// record, which goes back as one range entry; every byte is checked, and
+/// once UNBIND has read the whole ring the user holds no buffer and no
+/// entry was refused.
 fn merged_records_stream(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let info = tryo!(crate::common::info());
@@ -419,6 +418,10 @@ fn merged_records_stream(env: &Env) -> Outcome {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         s.set_read_timeout(Some(Duration::from_secs(15))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
         let rx = receive_flags(z, &s, &p2, 0, None, ZCRX_RS_RECV_MERGE)?;
+        // UNBIND takes what the ring still holds: then every range has
+        // been read, and the user holds nothing if each gave back exactly
+        // the references its record held.
+        z.unbind().map_err(|e| format!("unbind: {e}"))?;
         let st = z.stats().map_err(|e| format!("stats: {e}"))?;
         Ok((rx, st))
     });
@@ -442,14 +445,19 @@ fn merged_records_stream(env: &Env) -> Outcome {
     if rx.merged == 0 || rx.records >= rx.zc_bufs {
         return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
     }
-    if st.refill_bad != 0 {
-        return Fail(format!("{} refill entries refused", st.refill_bad));
+    if st.refill_bad != 0 || st.user_held != 0 {
+        return Fail(format!(
+            "after UNBIND: {} refill entries refused, {} buffers still held by the user",
+            st.refill_bad, st.user_held
+        ));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
 
+/// Without any provider the pair behaves as before the patches: a plain
+/// stream arrives byte-exact and netdevsim DMAs nothing.
 fn no_provider_stream_unchanged(_env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));

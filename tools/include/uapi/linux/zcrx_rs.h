@@ -28,6 +28,8 @@
 #define ZCRX_RS_AREA_MAX_LEN	(1ULL << 32)	/* 4 GiB */
 #define ZCRX_RS_BUF_MAX_SIZE	(1U << 21)	/* 2 MiB */
 #define ZCRX_RS_RQ_MAX_ENTRIES	32768
+/* Most buffers a merged record or a ZCRX_RS_RQE_RANGE entry touches. */
+#define ZCRX_RS_RANGE_MAX_BUFS	32
 
 /*
  * Offsets into the area are what records and refill entries carry: the
@@ -159,7 +161,9 @@ struct zcrx_rs_rqe {
 	__u64	off;			/* buffer aligned offset in the area
 					 * (any offset with ZCRX_RS_RQE_RANGE) */
 	__u32	len;			/* ignored (informational); bytes, at
-					 * least 1, with ZCRX_RS_RQE_RANGE */
+					 * least 1, with ZCRX_RS_RQE_RANGE
+					 * (touching at most
+					 * ZCRX_RS_RANGE_MAX_BUFS buffers) */
 	__u32	flags;			/* 0 or ZCRX_RS_RQE_RANGE (was __pad) */
 };
 
@@ -197,8 +201,8 @@ struct zcrx_rs_recv {
  * With ZCRX_RS_RECV_MERGE, a zero-copy record may span several buffers: a
  * piece of the stream that starts a buffer and follows the previous
  * record's last byte in the area extends that record instead of starting
- * one, within one packet (GRO/LRO skb). Such a record holds one reference
- * to each buffer it touches; give it back with one ZCRX_RS_RQE_RANGE entry
+ * one, within one packet (GRO/LRO skb), up to ZCRX_RS_RANGE_MAX_BUFS
+ * buffers. Such a record holds one reference to each buffer it touches; give it back with one ZCRX_RS_RQE_RANGE entry
  * of its off and len (or one plain entry per buffer). Without the flag
  * every record lies within one buffer.
  */
@@ -230,7 +234,9 @@ struct zcrx_rs_stats {
 	__u64	copy_bytes;		/* copied into area buffers */
 	__u64	copy_records;
 	__u64	alloc_fail;		/* page pool asked, nothing to give */
-	__u64	refill_bad;		/* bad refill ring entries skipped */
+	__u64	refill_bad;		/* bad refill ring entries skipped
+					 * (and buffers of ranges the user
+					 * did not hold) */
 	__u64	refill_ok;		/* buffers returned through the ring */
 	__u64	user_held;		/* buffers the user holds now */
 	__u64	area_buffers;		/* buffers in the area */
