@@ -25,6 +25,8 @@ _Static_assert(offsetof(struct zcrx_rec, len) == offsetof(struct zcrx_rs_rec, le
 _Static_assert(offsetof(struct zcrx_rec, flags) == offsetof(struct zcrx_rs_rec, flags), "flags");
 _Static_assert(ZCRX_REC_COPY == ZCRX_RS_REC_COPY, "copy flag");
 _Static_assert(ZCRX_RECV_DONTWAIT == ZCRX_RS_RECV_DONTWAIT, "dontwait flag");
+_Static_assert(ZCRX_RECV_MERGE == ZCRX_RS_RECV_MERGE, "merge flag");
+_Static_assert(ZCRX_FEATURE_MERGE == ZCRX_RS_FEATURE_MERGE, "feature");
 _Static_assert(ZCRX_FEATURE_UNREGISTER_AREA == ZCRX_RS_FEATURE_UNREGISTER_AREA, "feature");
 _Static_assert(ZCRX_FEATURE_BIND_NODEV == ZCRX_RS_FEATURE_BIND_NODEV, "feature");
 _Static_assert(ZCRX_FEATURE_ADD_QUEUE == ZCRX_RS_FEATURE_ADD_QUEUE, "feature");
@@ -58,8 +60,11 @@ struct zcrx {
 	const _Atomic uint64_t *stats;
 	uint32_t entries;
 	uint32_t tail_local;
+	/* the module takes range entries (ZCRX_FEATURE_MERGE): a record goes
+	 * back as it came, merged or not */
+	bool ranges;
 	/* entries waiting for ring space, oldest first: [wait_start, wait_end) */
-	uint64_t *wait;
+	struct zcrx_rs_rqe *wait;
 	size_t wait_start, wait_end, wait_cap;
 };
 
@@ -96,6 +101,7 @@ EXPORT int zcrx_open(struct zcrx **out, const char *path)
 	}
 	z->page_size = info.page_size;
 	z->buf_size = info.page_size;
+	z->ranges = info.features & ZCRX_RS_FEATURE_MERGE;
 	*out = z;
 	return 0;
 }
@@ -287,11 +293,7 @@ static void flush_wait(struct zcrx *z)
 	room = ring_room(z);
 	n = z->wait_end - z->wait_start < room ? z->wait_end - z->wait_start : room;
 	for (i = 0; i < n; i++) {
-		struct zcrx_rs_rqe *e = &z->rqes[z->tail_local++ & (z->entries - 1)];
-
-		e->off = z->wait[z->wait_start++];
-		e->len = 0;
-		e->flags = 0;
+		z->rqes[z->tail_local++ & (z->entries - 1)] = z->wait[z->wait_start++];
 	}
 	if (n)
 		atomic_store_explicit(z->tail, z->tail_local, memory_order_release);
@@ -442,7 +444,7 @@ EXPORT const void *zcrx_data(const struct zcrx *z, const struct zcrx_rec *rec)
 static int wait_reserve(struct zcrx *z, size_t n)
 {
 	size_t used = z->wait_end - z->wait_start, cap;
-	uint64_t *w;
+	struct zcrx_rs_rqe *w;
 
 	if (z->wait_start) {
 		memmove(z->wait, z->wait + z->wait_start, used * sizeof(*z->wait));
@@ -462,9 +464,25 @@ static int wait_reserve(struct zcrx *z, size_t n)
 	return 0;
 }
 
+/* The refill entry for @rec: a range (one reference to each buffer the
+ * record touches: one, or several for a merged record) when the module
+ * takes them, else the one buffer the record lies in. */
+static struct zcrx_rs_rqe entry_of(const struct zcrx *z, const struct zcrx_rec *rec)
+{
+	struct zcrx_rs_rqe e = { 0 };
+
+	if (z->ranges) {
+		e.off = rec->off;
+		e.len = rec->len ? rec->len : 1;
+		e.flags = ZCRX_RS_RQE_RANGE;
+	} else {
+		e.off = rec->off & ~((uint64_t)z->buf_size - 1);
+	}
+	return e;
+}
+
 EXPORT int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int n)
 {
-	uint64_t mask = ~((uint64_t)z->buf_size - 1);
 	unsigned int i = 0, direct = 0;
 	int ret;
 
@@ -478,18 +496,13 @@ EXPORT int zcrx_return(struct zcrx *z, const struct zcrx_rec *recs, unsigned int
 		uint32_t room = ring_room(z);
 
 		direct = n < room ? n : room;
-		for (; i < direct; i++) {
-			struct zcrx_rs_rqe *e = &z->rqes[z->tail_local++ & (z->entries - 1)];
-
-			e->off = recs[i].off & mask;
-			e->len = 0;
-			e->flags = 0;
-		}
+		for (; i < direct; i++)
+			z->rqes[z->tail_local++ & (z->entries - 1)] = entry_of(z, &recs[i]);
 		if (direct)
 			atomic_store_explicit(z->tail, z->tail_local, memory_order_release);
 	}
 	for (; i < n; i++)
-		z->wait[z->wait_end++] = recs[i].off & mask;
+		z->wait[z->wait_end++] = entry_of(z, &recs[i]);
 	return 0;
 }
 

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define ZCRX_LIB_VERSION_MAJOR	1
-#define ZCRX_LIB_VERSION_MINOR	3
+#define ZCRX_LIB_VERSION_MINOR	4
 
 /* One receive record: the next @len bytes of the stream are at @off. */
 struct zcrx_rec {
@@ -43,6 +43,9 @@ struct zcrx_rec {
 
 /* zcrx_recv() flags */
 #define ZCRX_RECV_DONTWAIT	(1U << 0)	/* -EAGAIN instead of blocking */
+#define ZCRX_RECV_MERGE		(1U << 1)	/* one record for consecutive
+						 * buffers of a packet (up to 32;
+						 * ZCRX_FEATURE_MERGE); since 1.4 */
 
 /* Counters of one context (zcrx_stats()). */
 struct zcrx_stats {
@@ -67,6 +70,7 @@ struct zcrx_stats {
 #define ZCRX_FEATURE_EVENTS		(1ULL << 4)	/* zcrx_events(), EPOLLPRI on
 							 * zcrx_fd(), zcrx_ring_stats();
 							 * since 1.3 */
+#define ZCRX_FEATURE_MERGE		(1ULL << 8)	/* ZCRX_RECV_MERGE; since 1.4 */
 
 /* Events (zcrx_events()); since 1.3. An armed event fires once, then it is
  * disarmed: arm it again to hear of the next one. */
@@ -196,7 +200,8 @@ ssize_t zcrx_recv(struct zcrx *z, int sockfd, struct zcrx_rec *recs,
  * not inside this context's area. Valid until the record is returned. */
 const void *zcrx_data(const struct zcrx *z, const struct zcrx_rec *rec);
 
-/* Gives the buffers of @n records back, one call for a batch. Never fails
+/* Gives the buffers of @n records back, one call for a batch (a merged
+ * record's buffers all at once: since 1.4). Never fails
  * for lack of ring space: what does not fit waits and goes out at the next
  * zcrx_return() or zcrx_recv(). All or nothing: -ENOMEM (nothing given
  * back, call again) if that wait list cannot grow. */

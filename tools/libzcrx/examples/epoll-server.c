@@ -39,6 +39,9 @@
 #include <zcrx.h>
 
 #define NR_RECS 256
+
+/* ZCRX_RECV_MERGE when the module has it: fewer records per byte */
+static unsigned int recv_merge;
 #define REARM_MS 1000	/* ZCRX_EVENT_ALLOC_FAIL: at most one line a second */
 
 struct conn {
@@ -132,7 +135,7 @@ static int drain(struct zcrx *z, struct conn *c)
 
 	for (;;) {
 		unsigned int nr = NR_RECS, i;
-		ssize_t n = zcrx_recv(z, c->fd, recs, &nr, ZCRX_RECV_DONTWAIT);
+		ssize_t n = zcrx_recv(z, c->fd, recs, &nr, ZCRX_RECV_DONTWAIT | recv_merge);
 
 		if (n == -EAGAIN || n == -ENOBUFS)
 			return 0;	/* level-triggered: we come back */
@@ -231,6 +234,8 @@ int main(int argc, char **argv)
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	/* Events: the context's fd says EPOLLPRI when an armed one fired. */
 	evt.queue = queue;
+	if (!zcrx_info(z, &info) && info.features & ZCRX_FEATURE_MERGE)
+		recv_merge = ZCRX_RECV_MERGE;
 	if (!zcrx_info(z, &info) && info.features & ZCRX_FEATURE_EVENTS) {
 		ev = (struct epoll_event){ .events = EPOLLPRI, .data.ptr = &ctx_tag };
 		evt.on = !epoll_ctl(ep, EPOLL_CTL_ADD, zcrx_fd(z), &ev);
