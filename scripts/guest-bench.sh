@@ -300,6 +300,17 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 			echo "NAPI threads of $NSIM_A:"
 			perf report -q -i /tmp/perf.data --stdio --no-children --sort comm,sym --percent-limit 0.2 |
 				grep "napi/$NSIM_A" || true
+			# The same samples by address, the module's symbols
+			# resolved through /proc/kallsyms (perf cannot find the
+			# out-of-tree module on disk and says [unknown]).
+			echo
+			echo "receiver, by /proc/kallsyms:"
+			perf script -i /tmp/perf.data --pid "$RX_PID" -F ip,sym 2>/dev/null |
+				python3 "$TOP/scripts/ksym-profile.py" 30 || true
+			echo
+			echo "NAPI threads of $NSIM_A, by /proc/kallsyms:"
+			perf script -i /tmp/perf.data -F comm,ip,sym 2>/dev/null |
+				python3 "$TOP/scripts/ksym-profile.py" 30 "napi/$NSIM_A-" || true
 		} > "$f" 2>&1 || true
 		echo "profile of $m: $f" >&2
 	}
