@@ -248,6 +248,19 @@ fn recv_bad_sockets(env: &Env) -> Outcome {
     Pass
 }
 
+/// A context with an area of 16 buffers bound to rx queue 0 of `a_idx`
+/// (a ring of 64 entries), and a loopback connection `(client, server)`
+/// whose data RECV copies into the area.
+fn small_area_and_loopback(a_idx: u32) -> Result<(Zcrx, TcpStream, TcpStream), String> {
+    let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+    z.register_area(16 * page_size()).map_err(|e| e.to_string())?;
+    z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let c = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let (s, _) = l.accept().map_err(|e| e.to_string())?;
+    Ok((z, c, s))
+}
+
 /// Bad refill entries are skipped and counted, never trusted.
 fn refill_bad_entries(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
@@ -256,13 +269,8 @@ fn refill_bad_entries(env: &Env) -> Outcome {
     let a_idx = n.a_idx;
     let h = in_netns(NS_A, move || {
         let ps = page_size() as u64;
-        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
-        z.register_area(16 * ps as usize).map_err(|e| e.to_string())?;
-        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
         // Get one buffer legitimately (a loopback copy), to return it twice.
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let mut c = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        let (mut z, mut c, s) = small_area_and_loopback(a_idx)?;
         c.write_all(&[7u8; 100]).map_err(|e| e.to_string())?;
         let mut recs = [Rec::default(); 4];
         let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| e.to_string())?;
@@ -336,13 +344,8 @@ fn refill_range_entries(env: &Env) -> Outcome {
     let a_idx = n.a_idx;
     let h = in_netns(NS_A, move || {
         let ps = page_size() as u64;
-        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
-        z.register_area(16 * ps as usize).map_err(|e| e.to_string())?;
-        z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
         // Three buffers held legitimately: loopback data is copied.
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let mut c = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        let (mut z, mut c, s) = small_area_and_loopback(a_idx)?;
         c.write_all(&vec![7u8; 3 * ps as usize]).map_err(|e| e.to_string())?;
         let mut recs = [Rec::default(); 8];
         let mut got = 0;
