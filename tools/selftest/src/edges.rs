@@ -15,7 +15,7 @@ use zcrx::uapi::*;
 use zcrx::{dev::page_size, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, expect_errno, info, kick_softirqs, mib, wait_idle};
-use crate::net::{addr_a, connect, in_netns, join, receive_from, Nsim, NS_A, NS_B};
+use crate::net::{addr_a, connect, in_netns, join, receive_flags, receive_from, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -23,6 +23,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("ring_mmap_rules", ring_mmap_rules),
     ("errno_rules", errno_rules),
     ("stats_count_only_delivered", stats_count_only_delivered),
+    ("merged_records_dropped_on_fault", merged_records_dropped_on_fault),
     ("unbind_then_bind_again", unbind_then_bind_again),
     ("bind_other_device_after_unbind", bind_other_device_after_unbind),
     ("unregister_then_register_another_area", unregister_then_register_another_area),
@@ -183,14 +184,28 @@ fn errno_rules(env: &Env) -> Outcome {
 /// with EFAULT, leaves the data in the socket and adds nothing to STATS;
 /// STATS then matches exactly what the records delivered.
 fn stats_count_only_delivered(env: &Env) -> Outcome {
+    faulted_recvs_then_stream(env, 7301, None, 0)
+}
+
+/// [`stats_count_only_delivered`] with `ZCRX_RS_RECV_MERGE` at an MTU where
+/// each segment fills a 4 KiB buffer: the records that could not be written
+/// are merged ones, and giving them back must return every buffer they
+/// hold (the user holds none after the failed calls).
+fn merged_records_dropped_on_fault(env: &Env) -> Outcome {
+    faulted_recvs_then_stream(env, 7308, Some(4096 + 72), ZCRX_RS_RECV_MERGE)
+}
+
+fn faulted_recvs_then_stream(env: &Env, port: u16, mtu: Option<u32>, flags: u32) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
+    if let Some(m) = mtu {
+        tryo!(n.mtu(m));
+    }
     let a_idx = n.a_idx;
     let bytes = env.bytes(8 << 20);
     let pat = Arc::new(Pattern::new(4242));
     let p2 = pat.clone();
-    let port = 7301;
     let rx = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(8 << 20).map_err(|e| e.to_string())?;
@@ -203,6 +218,7 @@ fn stats_count_only_delivered(env: &Env) -> Outcome {
         for _ in 0..3 {
             let mut r = zcrx_rs_recv {
                 sockfd: s.as_raw_fd(),
+                flags,
                 nr_recs: 64,
                 recs: ro.addr(),
                 ..Default::default()
@@ -221,7 +237,7 @@ fn stats_count_only_delivered(env: &Env) -> Outcome {
                 st.zc_bytes, st.zc_records, st.copy_bytes, st.copy_records, st.user_held
             ));
         }
-        let rx = receive_from(&mut z, &s, &p2, 0, None)?;
+        let rx = receive_flags(&mut z, &s, &p2, 0, None, flags)?;
         let st = z.stats().map_err(|e| e.to_string())?;
         Ok((rx, st))
     });
@@ -257,11 +273,18 @@ fn stats_count_only_delivered(env: &Env) -> Outcome {
     if rx.zc_bytes == 0 {
         return Fail("nothing came zero-copy".into());
     }
+    if flags & ZCRX_RS_RECV_MERGE != 0 && rx.merged == 0 {
+        return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
+    }
     env.diag(&format!(
-        "3 RECVs into a read-only array: EFAULT, STATS unchanged; then {} byte-exact, zero-copy {} copied {}, STATS equal",
+        "3 RECVs into a read-only array{}: EFAULT, STATS unchanged, the user holds no buffer; then {} byte-exact, \
+         zero-copy {} copied {} in {} records ({} spanning several buffers), STATS equal",
+        if flags & ZCRX_RS_RECV_MERGE != 0 { " with ZCRX_RS_RECV_MERGE" } else { "" },
         mib(rx.bytes),
         mib(rx.zc_bytes),
-        mib(rx.copy_bytes)
+        mib(rx.copy_bytes),
+        rx.records,
+        rx.merged
     ));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
