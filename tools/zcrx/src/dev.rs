@@ -519,18 +519,10 @@ impl Zcrx {
         Ok(())
     }
 
-    /// Puts raw entries on the refill ring, all or none (`WouldBlock`);
-    /// tests use bad ones on purpose.
-    pub fn refill_raw(&mut self, offs: &[u64], pad: u32) -> io::Result<()> {
-        if self.refill_room() < offs.len() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
-        for &off in offs {
-            ring.write(zcrx_rs_rqe { off, len: 0, flags: pad });
-        }
-        ring.publish();
-        Ok(())
+    /// [`Zcrx::refill_entries`] of `{off, len: 0, flags}` for each offset.
+    pub fn refill_raw(&mut self, offs: &[u64], flags: u32) -> io::Result<()> {
+        let entries: Vec<_> = offs.iter().map(|&off| zcrx_rs_rqe { off, len: 0, flags }).collect();
+        self.refill_entries(&entries)
     }
 }
 
