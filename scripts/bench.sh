@@ -13,7 +13,7 @@ usage: scripts/bench.sh [--rounds N] [--bytes BYTES] [--modes "copy trunc iourin
                        zcrx-rs-nomerge, one record per buffer)
                        [--buf-sizes "4096 32768"] [--mtu MTU] [--rcvlowat BYTES]
                        [--profile] [--module KO] [--module-b KO] [--icount [SHIFT]] [--cpus 1|2]
-                       [--scale [--series "write_size flows queues"]] [--split]
+                       [--scale [--series "write_size flows queues"]] [--split] [--insn]
 
 One flow per run over the netdevsim pair (header split on, queue 0), the
 receiver pinned to vCPU 1; the sender and both devices' NAPI threads on
@@ -76,6 +76,13 @@ GiB and per buffer.
 --profile: afterwards one more round (each mode at each buffer size and
 MTU) with vCPU 1 sampled by perf (cpu-clock); the receiver's symbols next
 to the results (profile-MODE[-BUFSIZE]-mtuMTU.txt).
+--insn: afterwards one more round with every guest instruction counted by
+a QEMU plugin (scripts/qemu-insn-plugin.c, built here against the header of
+the host's QEMU, fetched from Debian's source archive once) between marks
+the receiver sets around its measured window; scripts/insn-profile.py
+prints instructions per 4 KiB per function and mode side by side
+(insn-DATE.txt next to the results). Exact, not sampled, but for every
+thread of the guest at once. Needs TCG (implies ZCRX_VM_ACCEL=tcg).
 --module KO: load this zcrx_rs.ko (built for the fast kernel) instead of
 the tree's. --module-b KO: a second build; a mode "zcrx-rs@b" (or
 "zcrx-rs-copy@b") runs with it, taking turns with module A flow by flow in
@@ -83,7 +90,7 @@ the same VM, and the report gives its ratios to the mode without "@b" (a
 change against its parent, side by side).
 USAGE
 }
-module= module_b= profile= icount= scale= series= split= rounds= cpus=2
+module= module_b= profile= insn= icount= scale= series= split= rounds= cpus=2
 modes_set= rcvlowat=$((1 << 20)) mtu= bytes=$((1 << 30)) modes="copy trunc iouring-zcrx zcrx-rs"
 buf_sizes="4096 32768"
 while [ $# -gt 0 ]; do
@@ -95,6 +102,7 @@ while [ $# -gt 0 ]; do
 	--mtu) mtu=$2; shift ;;
 	--buf-sizes) buf_sizes=$2; shift ;;
 	--profile) profile=1 ;;
+	--insn) insn=1 ;;
 	--scale) scale=1 ;;
 	--split) split=1 ;;
 	--series)
@@ -135,6 +143,30 @@ done
 D=$B/bench
 mkdir -p "$D"
 out=$D/${scale:+scale-}results-$(date -u +%Y%m%dT%H%M%SZ).jsonl
+# The --insn plugin, built against the header of the host's QEMU (the
+# Debian source package's, fetched once; no QEMU headers ship in a binary
+# package). Prints its path.
+insn_plugin() {
+	local ver up dir so
+	ver=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) || die "--insn: qemu-system-x86 is not installed"
+	up=${ver#*:}
+	up=${up%-*}
+	dir=$ZCRX_CACHE/qemu-plugin/$up
+	so=$dir/insn-$(sha256sum "$ZCRX_TOP/scripts/qemu-insn-plugin.c" | cut -c1-12).so
+	if [ ! -f "$dir/qemu-plugin.h" ]; then
+		mkdir -p "$dir"
+		msg "fetching qemu-plugin.h of QEMU $up (Debian's qemu_$up.orig.tar.xz, ~25 MB, once)"
+		curl -fsSL "http://deb.debian.org/debian/pool/main/q/qemu/qemu_$up.orig.tar.xz" |
+			tar -xJO --wildcards '*/include/qemu/qemu-plugin.h' > "$dir/qemu-plugin.h.tmp" ||
+			die "--insn: could not fetch QEMU $up's plugin header"
+		mv "$dir/qemu-plugin.h.tmp" "$dir/qemu-plugin.h"
+	fi
+	if [ ! -f "$so" ]; then
+		cc -shared -fPIC -O2 -Wall -I"$dir" -o "$so" "$ZCRX_TOP/scripts/qemu-insn-plugin.c" ||
+			die "--insn: the plugin does not build against QEMU $up"
+	fi
+	echo "$so"
+}
 stage_begin bench
 rc=0
 vm_opts=() clock=wall
@@ -145,13 +177,29 @@ if [ -n "$icount" ]; then
 	clock="icount-$icount"
 fi
 case $cpus in 1|2) ;; *) die "--cpus: 1 or 2" ;; esac
+insn_prefix=
+if [ -n "$insn" ]; then
+	export ZCRX_VM_ACCEL=tcg
+	insn_prefix=$D/insn-$(date -u +%Y%m%dT%H%M%SZ)
+	plugin=$(insn_plugin)
+	vm_opts=(--qemu-opts "${vm_opts[*]:+${vm_opts[1]} }-plugin $plugin,out=$insn_prefix")
+fi
 "$ZCRX_TOP/scripts/vm.sh" --name bench --timeout 7200 --cpus "$cpus" --rwdir "$D" "${vm_opts[@]}" -- \
-	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_SERIES="$series" BENCH_SPLIT="$split" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" BENCH_PROFILE_HZ="${BENCH_PROFILE_HZ:-}" \
+	env BENCH_OUT="$out" BENCH_CLOCK="$clock" BENCH_SCALE="$scale" BENCH_SERIES="$series" BENCH_SPLIT="$split" BENCH_ROUNDS="$rounds" BENCH_BYTES="$bytes" BENCH_MODES="$modes" BENCH_PROFILE="$profile" BENCH_PROFILE_HZ="${BENCH_PROFILE_HZ:-}" BENCH_INSN="$insn_prefix" \
 	BENCH_RCVLOWAT="$rcvlowat" BENCH_MTU="$mtu" BENCH_BUF_SIZES="$buf_sizes" \
 	BENCH_MODULE="$module" BENCH_MODULE_B="$module_b" \
 	bash "$ZCRX_TOP/scripts/guest-bench.sh" || rc=$?
 stage_end
 echo
-[ -s "$out" ] || die "no results in $out (VM exit code $rc): see the output above"
-"$ZCRX_TOP/tools/target/release/zcrx-bench" --report "$out"
+if [ -n "$insn_prefix" ] && [ -s "$insn_prefix.windows" ]; then
+	python3 "$ZCRX_TOP/scripts/insn-profile.py" "$insn_prefix" > "$insn_prefix.txt"
+	msg "instruction counts per function: $insn_prefix.txt"
+fi
+if [ "$rounds" = 0 ] && [ -n "$insn$profile" ]; then
+	# Only the extra round (--rounds 0 --insn or --profile).
+	:
+else
+	[ -s "$out" ] || die "no results in $out (VM exit code $rc): see the output above"
+	"$ZCRX_TOP/tools/target/release/zcrx-bench" --report "$out"
+fi
 [ "$rc" = 0 ] || die "the VM run failed (exit code $rc) after the runs above: see its output"

@@ -121,6 +121,7 @@ one_run() {
 	[ -z "${WSIZE:-}" ] || ws=(--write-size "$WSIZE")
 	[ -z "${QUEUES:-}" ] || qs=(--queues "$QUEUES")
 	[ -z "${BENCH_SPLIT:-}" ] || qs+=(--split)
+	[ -z "${BENCH_MARK:-}" ] || qs+=(--mark)
 	# FIXED_PORT and SRC_PORT: the same 4-tuples for every mode of a point
 	# (so RSS spreads the flows the same way); else a new port per run.
 	if [ -n "${FIXED_PORT:-}" ]; then port=$FIXED_PORT; else port=$((port + 1)); fi
@@ -315,6 +316,29 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 		echo "profile of $m: $f" >&2
 	}
 	each_flow profile
+fi
+# With --insn (BENCH_INSN: the plugin's output prefix): one more run of
+# every mode with its measured window marked for scripts/qemu-insn-plugin.c,
+# which counts every guest instruction in it exactly. Window n's mode and
+# JSON go to PREFIX.windows, the symbols of modules and BPF programs to
+# PREFIX.modsyms.n (a reload may move them), the kernel's to PREFIX.kallsyms.
+if [ -n "${BENCH_INSN:-}" ]; then
+	echo 0 > /proc/sys/kernel/kptr_restrict
+	grep -v '\[' /proc/kallsyms > "$BENCH_INSN.kallsyms"
+	: > "$BENCH_INSN.windows"
+	INSN_N=0
+	insn() {
+		local m=$1 bs=$2 base=${1%@b}
+		case $base in
+		zcrx-rs*) if [ "$base" != "$m" ]; then use_module b; else use_module a; fi ;;
+		esac
+		BENCH_MARK=1 one_run "$base" "$bs"
+		INSN_N=$((INSN_N + 1))
+		grep '\[' /proc/kallsyms > "$BENCH_INSN.modsyms.$INSN_N" || true
+		echo "$INSN_N $m $bs $CUR_MTU $(cat /tmp/bench-run.json)" >> "$BENCH_INSN.windows"
+		echo "instruction counts of $m: window $INSN_N" >&2
+	}
+	each_flow insn
 fi
 nsim_down
 wait_module_idle >&2

@@ -120,6 +120,8 @@ struct Opts {
     json: bool,
     /// Measure the receiver's CPU time inside its receive system calls.
     split: bool,
+    /// Mark the measured window for an instruction-counting emulator.
+    mark: bool,
     bytes: Option<u64>,
     secs: Option<f64>,
     rcvlowat: u32,
@@ -149,7 +151,9 @@ fn usage() -> ! {
          \x20 --write-size N  sender: bytes per write() (default 256k)\n\
          \x20 --src-port P  sender: flow i connects from port P+i (the same 4-tuples, so the same\n\
          \x20               RSS spread, for every mode; the port may be in TIME_WAIT: SO_REUSEADDR)\n\
-         \x20 --split      receiver: also measure its CPU time inside receive system calls (in_calls_secs)"
+         \x20 --split      receiver: also measure its CPU time inside receive system calls (in_calls_secs)\n\
+         \x20 --mark       receiver: execute `xchg %bx,%bx` where the measured window opens and closes\n\
+         \x20              (a no-op that scripts/qemu-insn-plugin.c counts instructions between)"
     );
     exit(2);
 }
@@ -172,6 +176,7 @@ fn parse() -> Opts {
         v6: true,
         json: false,
         split: false,
+        mark: false,
         bytes: None,
         secs: None,
         rcvlowat: 0,
@@ -197,6 +202,7 @@ fn parse() -> Opts {
             "-6" => o.v6 = true,
             "--json" => o.json = true,
             "--split" => o.split = true,
+            "--mark" => o.mark = true,
             "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
             "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
             "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
@@ -528,6 +534,9 @@ fn server(o: &Opts) {
     let sender = sender_clock();
     let s0 = sender.and_then(clock_secs);
     let ((c0, si0), k0, n0) = (cpu_stat(cpu), ksoftirqd_secs(cpu), napi_secs(o.dev.as_deref()));
+    if o.mark {
+        insn_mark();
+    }
     let (r0, t0) = (thread_cpu(), Instant::now());
     // Receive calls (read/recv, RECV ioctls, completion batches): bytes per
     // call says how much each wake-up found.
@@ -637,6 +646,9 @@ fn server(o: &Opts) {
     }
     let secs = t0.elapsed().as_secs_f64();
     let rus = thread_cpu() - r0;
+    if o.mark {
+        insn_mark();
+    }
     let n1 = napi_secs(o.dev.as_deref());
     // The sender waits for us to close its connections (see `client`).
     let sender_secs = match (sender.and_then(clock_secs), s0) {
@@ -692,6 +704,17 @@ fn server(o: &Opts) {
         );
     }
     drop(socks);
+}
+
+/// `--mark`: `xchg %bx,%bx` (66 87 db), a no-op that the bench's QEMU plugin
+/// (scripts/qemu-insn-plugin.c) takes as the start or the end of a window.
+fn insn_mark() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: exchanges a register with itself: changes no register, flag
+    // or memory.
+    unsafe {
+        std::arch::asm!(".byte 0x66, 0x87, 0xdb", options(nomem, nostack, preserves_flags))
+    };
 }
 
 /// A TCP connection to `to` from local port `port` (any address), with
