@@ -100,6 +100,7 @@ struct AreaDma {
 /// - `attached` is at least the number of buffers attached to a page pool
 ///   whenever the `free` lock is held (attaching counts up under it,
 ///   detaching counts down under it afterwards).
+/// - `urefs` counts `niovs.len()` buffers.
 /// - `id` is unique among all areas ever made.
 /// - Dropped with a buffer still attached to a page pool (a provider bug),
 ///   it leaks its net_iovs, their area and the DMA mapping instead of
@@ -240,14 +241,15 @@ impl NetIovArea {
     ///
     /// Only compares addresses, so it is safe for any netmem, including ones
     /// of other providers and pages.
+    #[inline(always)]
     pub(crate) fn index_of(&self, nm: Netmem<'_>) -> Option<usize> {
-        if !nm.is_net_iov() {
-            return None;
-        }
-        let addr = nm.raw() & !(bindings::NET_IOV as usize);
-        let base = self.niovs.as_ptr() as usize;
+        // Ours are `base + i * size` tagged `NET_IOV` (bit 0, free in the
+        // aligned array): a page (untagged) or an address off the array
+        // or between two net_iovs never gives a whole index below `len`
+        // (below `base` it wraps to a huge offset).
+        let base = self.niovs.as_ptr() as usize | bindings::NET_IOV as usize;
         let size = core::mem::size_of::<NetIov>();
-        let off = addr.checked_sub(base)?;
+        let off = nm.raw().wrapping_sub(base);
         if off % size != 0 || off / size >= self.niovs.len() {
             return None;
         }
@@ -269,21 +271,26 @@ impl NetIovArea {
     /// exception to the LKMM rule explained in `urefs`; what may be lost is
     /// the sanitizers' instrumentation of the `atomic_long_*()` calls.
     fn pp_count(&self, idx: usize) -> &core::sync::atomic::AtomicI64 {
-        // SAFETY: a live net_iov of ours, which lives as long as `self`;
+        // SAFETY: a live net_iov of ours.
+        unsafe { Self::pp_count_of(self.niov(idx)) }
+    }
+
+    /// [`NetIovArea::pp_count`] of the net_iov `niov`.
+    ///
+    /// # Safety
+    ///
+    /// `niov` is a net_iov of a [`NetIovArea`] that lives at least as long
+    /// as `'a`.
+    #[inline(always)]
+    unsafe fn pp_count_of<'a>(niov: *mut bindings::net_iov) -> &'a core::sync::atomic::AtomicI64 {
+        // SAFETY: `niov` is live for `'a` (the caller's promise);
         // `pp_ref_count` is an `atomic_long_t` (8 bytes, 8-aligned on
         // 64-bit), which the kernel only ever accesses atomically.
         unsafe {
             core::sync::atomic::AtomicI64::from_ptr(core::ptr::addr_of_mut!(
-                (*self.niov(idx)).desc.pp_ref_count.counter
+                (*niov).desc.pp_ref_count.counter
             ))
         }
-    }
-
-    #[inline]
-    fn pp_ref(&self, idx: usize) {
-        // `atomic_long_inc()`: relaxed.
-        self.pp_count(idx)
-            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
 
     /// Drops one page-pool reference; true if it was the last (the count is
@@ -359,11 +366,17 @@ impl NetIovArea {
     }
 
     /// A buffer that a frag of a live skb holds, if it is one of ours.
+    #[inline(always)]
     pub(crate) fn lookup<'a>(&'a self, frag: &'a Frag) -> Option<FragBuf<'a>> {
         let idx = self.index_of(frag.netmem())?;
-        // INVARIANT: the skb holds a page-pool reference to the buffer for
-        // as long as the frag is borrowed.
-        Some(FragBuf { area: self, idx })
+        // INVARIANT: `index_of` only returns indices below `len()`; the skb
+        // holds a page-pool reference to the buffer for as long as the frag
+        // is borrowed.
+        Some(FragBuf {
+            area: self,
+            idx,
+            niov: self.niov(idx),
+        })
     }
 
     /// Takes a free buffer (for a copy): it is attached to no pool and
@@ -668,11 +681,13 @@ pub(crate) struct DmaUse {
 ///
 /// # Invariants
 ///
-/// The skb holds a page-pool reference to buffer `idx` of `area` while
-/// this value (which borrows the frag) exists.
+/// `idx < area.len()` and `niov` is net_iov `idx` of `area`; the skb holds a
+/// page-pool reference to buffer `idx` of `area` while this value (which
+/// borrows the frag) exists.
 pub(crate) struct FragBuf<'a> {
     area: &'a NetIovArea,
     idx: usize,
+    niov: *mut bindings::net_iov,
 }
 
 impl FragBuf<'_> {
@@ -683,11 +698,119 @@ impl FragBuf<'_> {
 
     /// Hands the buffer to the user: one more page-pool reference, so it is
     /// not recycled while the user reads it, then one user reference.
+    ///
+    /// Runs for every buffer received: no bounds checks (the index came
+    /// from `lookup` or `NextBuf::take`).
+    #[inline(always)]
     pub(crate) fn give_to_user(self) {
+        let (area, idx) = (self.area, self.idx);
         // Taking a reference is allowed: the skb's keeps the count above 0
-        // (type invariant). Before the user reference (see `urefs`).
-        self.area.pp_ref(self.idx);
-        self.area.urefs.get(self.idx);
+        // (type invariant). Before the user reference (see `urefs`);
+        // `atomic_long_inc()`: relaxed.
+        // SAFETY: `niov` is net_iov `idx` of `area` (type invariant), live
+        // for as long as `area`.
+        unsafe { NetIovArea::pp_count_of(self.niov) }
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `idx < area.len()` (type invariant: `lookup` or `take`
+        // found it in the array), the number of buffers `urefs` counts
+        // (type invariant of `NetIovArea`).
+        unsafe { area.urefs.get_unchecked(idx) };
+    }
+}
+
+/// The buffer that would continue a run of buffers handed to the user, and
+/// how far the run may go: recognised by its address alone, the receive
+/// path's shortcut for a GRO'd stream, whose frags are usually buffers `i,
+/// i + 1, ...` (the pool hands them out in that order).
+///
+/// # Invariants
+///
+/// `raw == 0` (no run), or `raw` is the netmem of buffer `idx` of `area` and
+/// `end` that of buffer `j` (compared only, never used: it may be one past
+/// the array) for some `idx < j <= area.len()`.
+pub(crate) struct NextBuf<'a> {
+    area: &'a NetIovArea,
+    raw: usize,
+    end: usize,
+    idx: usize,
+}
+
+impl<'a> NextBuf<'a> {
+    /// No run: [`NextBuf::take`] finds nothing.
+    pub(crate) fn none(area: &'a NetIovArea) -> Self {
+        NextBuf {
+            area,
+            raw: 0,
+            end: 0,
+            idx: 0,
+        }
+    }
+
+    /// A run after `buf`, a buffer of `area`, of at most `max` more buffers
+    /// (fewer at the end of the area; none if `buf` is not `area`'s).
+    pub(crate) fn after(area: &'a NetIovArea, buf: &FragBuf<'_>, max: usize) -> Self {
+        if !core::ptr::eq(area, buf.area) {
+            return Self::none(area);
+        }
+        // `buf.idx < len`, so `i <= len`.
+        let i = buf.idx + 1;
+        let left = max.min(area.len() - i);
+        if left == 0 {
+            return Self::none(area);
+        }
+        let size = core::mem::size_of::<NetIov>();
+        let raw = area.netmem(i).raw();
+        // INVARIANT: buffer `i < len` is there, `j = i + left <= len`.
+        NextBuf {
+            area,
+            raw,
+            end: raw + left * size,
+            idx: i,
+        }
+    }
+
+    /// Ends the run.
+    #[inline(always)]
+    pub(crate) fn clear(&mut self) {
+        // INVARIANT: no run.
+        self.raw = 0;
+    }
+
+    /// Whether `frag` holds the next buffer of the run.
+    #[inline(always)]
+    pub(crate) fn is_next(&self, frag: &Frag) -> bool {
+        // A live frag's netmem is never 0: without a run (`raw == 0`) no
+        // frag matches.
+        frag.netmem().raw() == self.raw
+    }
+
+    /// `frag`'s buffer if it is the next one of the run, which then moves
+    /// on past it; `None` (nothing changes) otherwise. One comparison
+    /// instead of [`NetIovArea::lookup`].
+    #[inline(always)]
+    pub(crate) fn take<'f>(&mut self, frag: &'f Frag) -> Option<FragBuf<'f>>
+    where
+        'a: 'f,
+    {
+        if !self.is_next(frag) {
+            return None;
+        }
+        let size = core::mem::size_of::<NetIov>();
+        let idx = self.idx;
+        // Tagged (`NET_IOV`, bit 0): the net_iov is one byte below.
+        let niov = (self.raw - bindings::NET_IOV as usize) as *mut bindings::net_iov;
+        // INVARIANT: the next net_iov follows in the array; at `end` the
+        // run is over.
+        self.raw += size;
+        self.idx += 1;
+        if self.raw == self.end {
+            self.raw = 0;
+        }
+        // INVARIANT: the frag holds buffer `idx < len` of `area` (its
+        // netmem is that net_iov's); the skb holds a page-pool reference to
+        // it for as long as the frag is borrowed.
+        let area = self.area;
+        Some(FragBuf { area, idx, niov })
     }
 }
 

@@ -61,6 +61,18 @@ impl UserRefs {
         self.refs[i].fetch_add(1, Release);
     }
 
+    /// [`UserRefs::get`] without the bounds check (the receive path's,
+    /// for every buffer).
+    ///
+    /// # Safety
+    ///
+    /// `i` is less than the number of buffers.
+    #[inline(always)]
+    pub(crate) unsafe fn get_unchecked(&self, i: usize) {
+        // SAFETY: `i` is in bounds (the caller's promise).
+        unsafe { self.refs.get_unchecked(i) }.fetch_add(1, Release);
+    }
+
     /// The user gives buffer `i` back once. False (and nothing changes) if
     /// the user does not hold it. Acquire on success: pairs with `get`.
     pub(crate) fn put(&self, i: usize) -> bool {
