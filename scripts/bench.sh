@@ -83,6 +83,7 @@ the receiver sets around its measured window; scripts/insn-profile.py
 prints instructions per 4 KiB per function and mode side by side
 (insn-DATE.txt next to the results). Exact, not sampled, but for every
 thread of the guest at once. Needs TCG (implies ZCRX_VM_ACCEL=tcg).
+--rounds 0 with --insn or --profile: only that extra round, no table.
 --module KO: load this zcrx_rs.ko (built for the fast kernel) instead of
 the tree's. --module-b KO: a second build; a mode "zcrx-rs@b" (or
 "zcrx-rs-copy@b") runs with it, taking turns with module A flow by flow in
