@@ -15,8 +15,9 @@
 //! "Urgent data"):
 //! - an urgent byte the NIC wrote into a provider's memory cannot be read
 //!   by the kernel, so it stays in the stream as in-line data: every byte
-//!   arrives, in order, and no mark is left (`recv(MSG_OOB)` says
-//!   `EINVAL`);
+//!   arrives, in order; the mark stays (`SIGURG`, `SIOCATMARK`,
+//!   `EPOLLPRI`, RECV stops there), as with `SO_OOBINLINE`, and
+//!   `recv(MSG_OOB)` says `EINVAL`;
 //! - an urgent byte in readable memory keeps recv()'s semantics: RECV stops
 //!   at the mark once it has described anything, `recv(MSG_OOB)` returns
 //!   the byte there, and the next RECV steps over it (it is not stream
@@ -35,11 +36,12 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
-use crate::net::{self, addr_a, join, with_receiver_setup, HdsStats, Nsim};
+use crate::net::{self, addr_a, join, with_receiver, with_receiver_setup, HdsStats, Nsim};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
     ("urgent_zero_copy_inline", urgent_zero_copy_inline),
+    ("urgent_mark_loop_zero_copy", urgent_mark_loop_zero_copy),
     ("urgent_copy_path", urgent_copy_path),
     ("urgent_copy_path_oobinline", urgent_copy_path_oobinline),
     ("urgent_iouring_zcrx", urgent_iouring_zcrx),
@@ -415,7 +417,9 @@ fn describe(exp: &Expect, rx: &UrgRx, d: &HdsStats) -> String {
 }
 
 /// (a) Zero-copy: the urgent bytes land in the area, unreadable to the
-/// kernel; they arrive in-line, every byte in order, and leave no mark.
+/// kernel; they arrive in-line, every byte in order (at a mark, if the
+/// reader stops there, `recv(MSG_OOB)` says `EINVAL`: in-line); none is
+/// left once the stream is read.
 fn urgent_zero_copy_inline(env: &Env) -> Outcome {
     let (exp, rx, d, n) = tryo!(urgent_stream(env, false, false, 7101, 101));
     env.diag(&describe(&exp, &rx, &d));
@@ -432,9 +436,151 @@ fn urgent_zero_copy_inline(env: &Env) -> Outcome {
     }
     if rx.final_oob_errno != libc::EINVAL {
         return Fail(format!(
-            "recv(MSG_OOB) after the stream: {}, expected EINVAL (no urgent data kept)",
+            "recv(MSG_OOB) after the stream: {}, expected EINVAL (no urgent data left)",
             zcrx::sys::errno_name(rx.final_oob_errno)
         ));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// `fcntl(F_SETOWN_EX)`: not in the libc crate.
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+#[repr(C)]
+struct FOwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// The classic urgent-data loop (RFC 1122 4.2.2.4: the application must
+/// be able to learn where urgent data ends), on the zero-copy path: the
+/// peer sends 40000 bytes, one urgent byte and 20000 more; the receiver
+/// waits for `SIGURG`, then receives until `sockatmark()`. It must stop
+/// after exactly the 40000 bytes before the urgent byte, see `EPOLLPRI`
+/// there, get `EINVAL` from `recv(MSG_OOB)` (the byte is in the area,
+/// unreadable to the kernel: it stays in-line), then receive the rest,
+/// the urgent byte first, byte-exact, all zero-copy. Before the kernel
+/// kept the mark for unreadable bytes, `sockatmark()` never became true
+/// and the loop read past the urgent data (here: more than 40000 bytes).
+fn urgent_mark_loop_zero_copy(env: &Env) -> Outcome {
+    const BEFORE: u64 = 40000;
+    const AFTER: u64 = 20000;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
+    let port = 7109u16;
+    let pat = Arc::new(Pattern::new(u64::from(port)));
+    let p2 = pat.clone();
+    // The sender sends the urgent byte once the receiver owns the socket's
+    // SIGURG (and has it blocked, to take it with sigtimedwait()).
+    let (owned_tx, owned_rx) = std::sync::mpsc::channel::<()>();
+    let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        // SAFETY: sigset operations on a local set; blocking SIGURG in this
+        // thread only; F_SETOWN_EX with a valid f_owner_ex for our socket.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let owned = unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGURG);
+            let own = FOwnerEx { kind: F_OWNER_TID, pid: libc::gettid() };
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0
+                && libc::fcntl(s.as_raw_fd(), F_SETOWN_EX, &own as *const FOwnerEx) == 0
+        };
+        if !owned {
+            return Err(format!("block SIGURG, F_SETOWN_EX: {}", std::io::Error::last_os_error()));
+        }
+        let _ = owned_tx.send(());
+        let ts = libc::timespec { tv_sec: 60, tv_nsec: 0 };
+        // SAFETY: valid set and timeout; no siginfo wanted.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        if sig != libc::SIGURG {
+            return Err(format!("no SIGURG within 60 s: {}", std::io::Error::last_os_error()));
+        }
+        // A receiver that does not stop at the mark would wait for more
+        // than the stream has: end it instead of hanging.
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        let mut recs = vec![Rec::default(); 128];
+        let mut data = Vec::new();
+        let (mut zc, mut copied, mut calls) = (0u64, 0u64, 0u64);
+        let mut recv_into = |z: &mut Zcrx, data: &mut Vec<u8>| -> Result<u64, String> {
+            let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv after {} bytes: {e}", data.len()))?;
+            calls += 1;
+            for r in &recs[..got.records] {
+                data.extend_from_slice(z.data(r));
+                if r.flags & ZCRX_RS_REC_COPY != 0 {
+                    copied += u64::from(r.len);
+                } else {
+                    zc += u64::from(r.len);
+                }
+            }
+            z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+            Ok(got.bytes)
+        };
+        // On SIGURG: read until the mark.
+        while !at_mark(&s).map_err(|e| format!("SIOCATMARK: {e}"))? {
+            if recv_into(z, &mut data)? == 0 {
+                return Err(format!("end of stream after {} bytes, never at the mark", data.len()));
+            }
+        }
+        let at = data.len() as u64;
+        let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) };
+        let oob = recv_oob(&s);
+        while recv_into(z, &mut data)? != 0 {}
+        let end = recv_oob(&s);
+        Ok((at, p.revents & libc::POLLPRI != 0, oob, end, data, zc, copied, calls))
+    });
+    let to = addr_a(true, port);
+    let tx = net::in_netns(net::NS_B, move || {
+        let mut s = net::connect(to, Duration::from_secs(60))?;
+        std::io::Write::write_all(&mut s, pat.slice(0, BEFORE as usize)).map_err(|e| format!("send: {e}"))?;
+        owned_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| "the receiver did not take SIGURG".to_string())?;
+        send_oob(&s, pat.slice(BEFORE, 1)[0]).map_err(|e| format!("send(MSG_OOB): {e}"))?;
+        std::io::Write::write_all(&mut s, pat.slice(BEFORE + 1, AFTER as usize)).map_err(|e| format!("send: {e}"))?;
+        Ok(())
+    });
+    let sent = join(tx);
+    let r = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()));
+    let (at, pri, oob, end, data, zc, copied, calls) = tryo!(r);
+    tryo!(sent);
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    let total = BEFORE + 1 + AFTER;
+    env.diag(&format!(
+        "SIGURG, then RECV until sockatmark(): at the mark after {at} bytes, EPOLLPRI {pri}, recv(MSG_OOB) {};          {} bytes in all in {calls} calls, zero-copy {zc} copied {copied}; netdevsim DMA'd {} B in {} packets,          {} unsplit; recv(MSG_OOB) at the end {}",
+        match &oob {
+            Ok(b) => format!("{b:#04x}"),
+            Err(e) => zcrx::sys::errno_name(e.raw_os_error().unwrap_or(0)).to_string(),
+        },
+        data.len(),
+        d.dma_bytes,
+        d.dma_packets,
+        d.fallback_packets,
+        match &end {
+            Ok(b) => format!("{b:#04x}"),
+            Err(e) => zcrx::sys::errno_name(e.raw_os_error().unwrap_or(0)).to_string(),
+        },
+    ));
+    if at != BEFORE {
+        return Fail(format!("the loop stopped after {at} bytes, not at the urgent byte ({BEFORE})"));
+    }
+    if !pri {
+        return Fail("no EPOLLPRI at the mark".into());
+    }
+    if oob.as_ref().map_err(|e| e.raw_os_error()) != Err(Some(libc::EINVAL)) {
+        return Fail(format!("recv(MSG_OOB) at an unreadable urgent byte: {oob:?}, expected EINVAL (in-line)"));
+    }
+    if data.len() as u64 != total || p2.check(0, &data).is_some() {
+        return Fail(format!("{} bytes, expected {total} byte-exact with the urgent byte in-line", data.len()));
+    }
+    if zc != total || copied != 0 || d.fallback_packets != 0 || d.dma_bytes < total {
+        return Fail(format!("not all zero-copy: {zc} of {total} (copied {copied}), netdevsim DMA'd {}", d.dma_bytes));
+    }
+    if end.as_ref().map_err(|e| e.raw_os_error()) != Err(Some(libc::EINVAL)) {
+        return Fail(format!("recv(MSG_OOB) after the stream: {end:?}, expected EINVAL"));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
