@@ -18,6 +18,7 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::pkt;
 use crate::net::{
     self, addr_a, in_netns, join, receive_from, sender, with_receiver, with_receiver_rcvbuf, Nsim, DONTWAIT, NS_A, NS_B,
 };
@@ -182,150 +183,18 @@ fn dry_pool_fallback_knob_copies(env: &Env) -> Outcome {
     Pass
 }
 
-/// The one's complement sum of `b` as 16-bit big-endian words, added to `s`.
-fn sum16(mut s: u32, b: &[u8]) -> u32 {
-    for c in b.chunks(2) {
-        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    s
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 /// An Ethernet frame with a TCP segment (ACK|PSH, `payload`) from the
 /// sender to the receiver's `dport`, its TCP checksum right or (`bad`)
 /// wrong, and `pad` bytes of link-layer padding after the IP datagram.
 fn tcp_frame(dst: [u8; 6], v6: bool, dport: u16, payload: &[u8], pad: usize, bad: bool) -> Vec<u8> {
-    let tcplen = 20 + payload.len();
-    let mut tcp = Vec::with_capacity(tcplen);
-    tcp.extend_from_slice(&40000u16.to_be_bytes());
-    tcp.extend_from_slice(&dport.to_be_bytes());
-    tcp.extend_from_slice(&1u32.to_be_bytes()); // seq
-    tcp.extend_from_slice(&1u32.to_be_bytes()); // ack
-    tcp.extend_from_slice(&[5 << 4, 0x18]); // doff 5, ACK|PSH
-    tcp.extend_from_slice(&1024u16.to_be_bytes()); // window
-    tcp.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
-    tcp.extend_from_slice(payload);
-    let (ip, mut pseudo): (Vec<u8>, u32) = if v6 {
-        let (src, dst6) = (
-            "2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap(),
-            "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap(),
-        );
-        let mut h = vec![0x60, 0, 0, 0];
-        h.extend_from_slice(&(tcplen as u16).to_be_bytes());
-        h.extend_from_slice(&[libc::IPPROTO_TCP as u8, 64]);
-        h.extend_from_slice(&src.octets());
-        h.extend_from_slice(&dst6.octets());
-        let s = sum16(sum16(0, &src.octets()), &dst6.octets());
-        (h, s + tcplen as u32 + libc::IPPROTO_TCP as u32)
-    } else {
-        let (src, dst4) = ([192u8, 0, 2, 2], [192u8, 0, 2, 1]);
-        let mut h = vec![0x45, 0];
-        h.extend_from_slice(&((20 + tcplen) as u16).to_be_bytes());
-        h.extend_from_slice(&[0, 0, 0x40, 0, 64, libc::IPPROTO_TCP as u8, 0, 0]);
-        h.extend_from_slice(&src);
-        h.extend_from_slice(&dst4);
-        let c = fold(sum16(0, &h));
-        h[10..12].copy_from_slice(&c.to_be_bytes());
-        (h, sum16(sum16(0, &src), &dst4) + tcplen as u32 + libc::IPPROTO_TCP as u32)
-    };
-    pseudo = sum16(pseudo, &tcp);
-    let mut c = fold(pseudo);
-    if bad {
-        c ^= 0x0101;
-    }
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-    f.extend_from_slice(&(if v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&tcp);
-    f.resize(f.len() + pad, 0xee);
-    f
-}
-
-/// Sends `frames` as they are from the sender's device (AF_PACKET: no
-/// checksum offload, the skbs are CHECKSUM_NONE).
-fn send_frames(ifindex: u32, frames: Vec<Vec<u8>>) -> Result<(), String> {
-    join(in_netns(NS_B, move || {
-        // SAFETY: plain socket creation; the fd is closed below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        if fd < 0 {
-            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
-        }
-        let mut r = Ok(());
-        for f in &frames {
-            // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
-            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sa.sll_family = libc::AF_PACKET as u16;
-            sa.sll_ifindex = ifindex as i32;
-            sa.sll_halen = 6;
-            sa.sll_addr[..6].copy_from_slice(&f[..6]);
-            // SAFETY: `f` and `sa` are valid for the lengths given.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    f.as_ptr().cast(),
-                    f.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            };
-            if n != f.len() as isize {
-                r = Err(format!("sendto: {}", std::io::Error::last_os_error()));
-                break;
-            }
-        }
-        // SAFETY: `fd` is ours.
-        unsafe { libc::close(fd) };
-        r
-    }))
-}
-
-/// The receiver's MAC address (SIOCGIFHWADDR in its namespace).
-fn hwaddr(dev: &str) -> Result<[u8; 6], String> {
-    let dev = dev.to_string();
-    join(in_netns(NS_A, move || {
-        // SAFETY: ifreq is plain data; zeroed is a valid value.
-        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in ifr.ifr_name.iter_mut().zip(dev.as_bytes().iter().take(15)) {
-            *d = *s as libc::c_char;
-        }
-        // SAFETY: plain socket creation; the fd is closed below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-        if fd < 0 {
-            return Err(format!("socket: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: SIOCGIFHWADDR reads the name and writes the address in `ifr`.
-        let r = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
-        let e = std::io::Error::last_os_error();
-        // SAFETY: `fd` is ours.
-        unsafe { libc::close(fd) };
-        if r != 0 {
-            return Err(format!("SIOCGIFHWADDR {dev}: {e}"));
-        }
-        // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
-        let a = unsafe { ifr.ifr_ifru.ifru_hwaddr.sa_data };
-        Ok([a[0] as u8, a[1] as u8, a[2] as u8, a[3] as u8, a[4] as u8, a[5] as u8])
-    }))
+    let ip = if v6 { pkt::Ip::new("2001:db8::2", "2001:db8::1") } else { pkt::Ip::new("192.0.2.2", "192.0.2.1") };
+    let tcp = pkt::Tcp { bad_csum: bad, ..pkt::Tcp::data(40000, dport, payload.to_vec()) };
+    pkt::frame(dst, v6, &pkt::tcp_datagram(&ip, &tcp), pad)
 }
 
 /// TCP's InCsumErrors in the receiver's namespace.
 fn tcp_csum_errors() -> Result<u64, String> {
-    join(in_netns(NS_A, || {
-        let t = fs::read_to_string("/proc/thread-self/net/snmp").map_err(|e| format!("/proc/net/snmp: {e}"))?;
-        let mut tcp = t.lines().filter(|l| l.starts_with("Tcp:"));
-        let (names, vals) = (tcp.next().ok_or("no Tcp: line")?, tcp.next().ok_or("no Tcp: values")?);
-        let i = names.split_whitespace().position(|n| n == "InCsumErrors").ok_or("no InCsumErrors")?;
-        vals.split_whitespace().nth(i).and_then(|v| v.parse().ok()).ok_or_else(|| "bad Tcp: values".to_string())
-    }))
+    pkt::Snmp::read(NS_A)?.get("Tcp:InCsumErrors")
 }
 
 /// netdevsim verifies the TCP checksum of what the sender did not checksum
@@ -340,7 +209,7 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    let mac = tryo!(hwaddr(&n.a));
+    let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
     let (go_tx, go_rx) = mpsc::channel::<()>();
     // A bound queue (the pool is the provider's); nobody listens on 7331.
     let rx = with_receiver(n.a_idx, 0, 1 << 20, 7330, false, move |_z, _l| {
@@ -355,7 +224,7 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
         frames.push(tcp_frame(mac, v6, 7331, &payload, 21, false));
         frames.push(tcp_frame(mac, v6, 7331, &payload, 21, true));
     }
-    let sent = send_frames(n.b_idx, frames);
+    let sent = pkt::send_frames(NS_B, n.b_idx, frames);
     let d = wait_stats(Duration::from_secs(60), "4 frames split", |st| st.dma_packets >= before.dma_packets + 4)
     .map(|st| st.since(&before));
     let _ = go_tx.send(());

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Packets as a remote peer crafts them: IPv4/IPv6 TCP segments with every
+//! header field chosen by the caller, in Ethernet frames sent as they are
+//! from the sender's device (AF_PACKET: the stack adds nothing, checks
+//! nothing, offloads nothing; the skbs are CHECKSUM_NONE). Per-namespace
+//! SNMP counters to see what the receiving stack made of them.
+
+use std::fs;
+use std::net::IpAddr;
+
+use crate::net::{in_netns, join};
+
+/// The one's complement sum of `b` as 16-bit big-endian words, added to `s`.
+pub fn sum16(mut s: u32, b: &[u8]) -> u32 {
+    for c in b.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s
+}
+
+/// Folds a sum into the 16-bit one's complement checksum.
+pub fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// TCP flags.
+pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
+
+/// A TCP segment's fields.
+#[derive(Clone, Debug)]
+pub struct Tcp {
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u8,
+    pub win: u16,
+    pub urg: u16,
+    /// Options, padded to 4 bytes here.
+    pub opts: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// Send a wrong checksum.
+    pub bad_csum: bool,
+}
+
+impl Tcp {
+    /// ACK|PSH from `sport` to `dport`, sequence and ack 1, `payload`.
+    pub fn data(sport: u16, dport: u16, payload: Vec<u8>) -> Tcp {
+        Tcp { sport, dport, seq: 1, ack: 1, flags: ACK | PSH, win: 1024, urg: 0, opts: Vec::new(), payload, bad_csum: false }
+    }
+}
+
+/// The IP header's fields.
+#[derive(Clone, Copy, Debug)]
+pub struct Ip {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub ttl: u8,
+    /// IPv4: Don't Fragment.
+    pub df: bool,
+    /// IPv4: identification.
+    pub id: u16,
+}
+
+impl Ip {
+    /// From `src` to `dst` (both of one family), TTL 64, DF set.
+    pub fn new(src: &str, dst: &str) -> Ip {
+        Ip { src: src.parse().expect("address"), dst: dst.parse().expect("address"), ttl: 64, df: true, id: 0 }
+    }
+}
+
+/// The IP datagram carrying `tcp`: IPv4 (20-byte header) or IPv6 (no
+/// extension headers), TCP checksum right unless `tcp.bad_csum`.
+pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
+    let mut opts = tcp.opts.clone();
+    opts.resize(opts.len().div_ceil(4) * 4, 0); // EOL padding
+    let doff = (20 + opts.len()) / 4;
+    let tcplen = 20 + opts.len() + tcp.payload.len();
+    let mut t = Vec::with_capacity(tcplen);
+    t.extend_from_slice(&tcp.sport.to_be_bytes());
+    t.extend_from_slice(&tcp.dport.to_be_bytes());
+    t.extend_from_slice(&tcp.seq.to_be_bytes());
+    t.extend_from_slice(&tcp.ack.to_be_bytes());
+    t.extend_from_slice(&[(doff as u8) << 4, tcp.flags]);
+    t.extend_from_slice(&tcp.win.to_be_bytes());
+    t.extend_from_slice(&[0, 0]); // checksum
+    t.extend_from_slice(&tcp.urg.to_be_bytes());
+    t.extend_from_slice(&opts);
+    t.extend_from_slice(&tcp.payload);
+    let proto = libc::IPPROTO_TCP as u8;
+    let (mut d, pseudo) = match (ip.src, ip.dst) {
+        (IpAddr::V6(s), IpAddr::V6(dst)) => {
+            let mut h = vec![0x60, 0, 0, 0];
+            h.extend_from_slice(&(tcplen as u16).to_be_bytes());
+            h.extend_from_slice(&[proto, ip.ttl]);
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&dst.octets());
+            (h, sum16(sum16(0, &s.octets()), &dst.octets()))
+        }
+        (IpAddr::V4(s), IpAddr::V4(dst)) => {
+            let mut h = vec![0x45, 0];
+            h.extend_from_slice(&((20 + tcplen) as u16).to_be_bytes());
+            h.extend_from_slice(&ip.id.to_be_bytes());
+            h.extend_from_slice(&[if ip.df { 0x40 } else { 0 }, 0, ip.ttl, proto, 0, 0]);
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&dst.octets());
+            let c = fold(sum16(0, &h));
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            (h, sum16(sum16(0, &s.octets()), &dst.octets()))
+        }
+        _ => panic!("tcp_datagram: mixed address families"),
+    };
+    let mut c = fold(sum16(pseudo + tcplen as u32 + u32::from(proto), &t));
+    if tcp.bad_csum {
+        c ^= 0x0101;
+    }
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    d.extend_from_slice(&t);
+    d
+}
+
+/// An Ethernet frame to `dst` holding `datagram`, with `pad` bytes of
+/// link-layer padding after it.
+pub fn frame(dst: [u8; 6], v6: bool, datagram: &[u8], pad: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + datagram.len() + pad);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f.extend_from_slice(&(if v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
+    f.extend_from_slice(datagram);
+    f.resize(f.len() + pad, 0xee);
+    f
+}
+
+/// Sends `frames` as they are from device `ifindex` of namespace `ns`.
+pub fn send_frames(ns: &'static str, ifindex: u32, frames: Vec<Vec<u8>>) -> Result<(), String> {
+    join(in_netns(ns, move || {
+        // SAFETY: plain socket creation; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        if fd < 0 {
+            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+        }
+        let mut r = Ok(());
+        for f in &frames {
+            // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sa.sll_family = libc::AF_PACKET as u16;
+            sa.sll_ifindex = ifindex as i32;
+            sa.sll_halen = 6;
+            sa.sll_addr[..6].copy_from_slice(&f[..6]);
+            // SAFETY: `f` and `sa` are valid for the lengths given.
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    f.as_ptr().cast(),
+                    f.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+                )
+            };
+            if n != f.len() as isize {
+                r = Err(format!("sendto: {}", std::io::Error::last_os_error()));
+                break;
+            }
+        }
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        r
+    }))
+}
+
+/// The MAC address of `dev` in namespace `ns` (SIOCGIFHWADDR).
+pub fn hwaddr(ns: &'static str, dev: &str) -> Result<[u8; 6], String> {
+    let dev = dev.to_string();
+    join(in_netns(ns, move || {
+        // SAFETY: ifreq is plain data; zeroed is a valid value.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in ifr.ifr_name.iter_mut().zip(dev.as_bytes().iter().take(15)) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: plain socket creation; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+        if fd < 0 {
+            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: SIOCGIFHWADDR reads the name and writes the address in `ifr`.
+        let r = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        if r != 0 {
+            return Err(format!("SIOCGIFHWADDR {dev}: {e}"));
+        }
+        // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+        let a = unsafe { ifr.ifr_ifru.ifru_hwaddr.sa_data };
+        Ok([a[0] as u8, a[1] as u8, a[2] as u8, a[3] as u8, a[4] as u8, a[5] as u8])
+    }))
+}
+
+/// SNMP counters of namespace `ns`: `/proc/net/snmp` (`Ip`, `Icmp`, `Tcp`,
+/// ... : a names line and a values line) and `/proc/net/snmp6` (one
+/// `Name value` per line), as a `Table:Name` or `Name6` -> value map. A
+/// name asked for that is missing is an error, never a zero.
+pub struct Snmp(std::collections::HashMap<String, u64>);
+
+impl Snmp {
+    pub fn read(ns: &'static str) -> Result<Snmp, String> {
+        join(in_netns(ns, || {
+            let mut m = std::collections::HashMap::new();
+            let t = fs::read_to_string("/proc/thread-self/net/snmp").map_err(|e| format!("/proc/net/snmp: {e}"))?;
+            let lines: Vec<&str> = t.lines().collect();
+            for p in lines.chunks(2) {
+                let [names, vals] = p else { continue };
+                let table = names.split(':').next().unwrap_or("");
+                for (n, v) in names.split_whitespace().skip(1).zip(vals.split_whitespace().skip(1)) {
+                    if let Ok(v) = v.parse::<i64>() {
+                        m.insert(format!("{table}:{n}"), v as u64);
+                    }
+                }
+            }
+            let t6 = fs::read_to_string("/proc/thread-self/net/snmp6").map_err(|e| format!("/proc/net/snmp6: {e}"))?;
+            for l in t6.lines() {
+                let mut w = l.split_whitespace();
+                if let (Some(n), Some(v)) = (w.next(), w.next().and_then(|v| v.parse().ok())) {
+                    m.insert(n.to_string(), v);
+                }
+            }
+            Ok(Snmp(m))
+        }))
+    }
+
+    pub fn get(&self, name: &str) -> Result<u64, String> {
+        self.0.get(name).copied().ok_or(format!("no SNMP counter {name}"))
+    }
+
+    /// `name` now minus `name` in `before`.
+    pub fn since(&self, before: &Snmp, name: &str) -> Result<u64, String> {
+        Ok(self.get(name)?.wrapping_sub(before.get(name)?))
+    }
+}
