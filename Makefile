@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
-	check check-fast demo bench bench-wall bench-scale fuzz soak tree-tests clean distclean-kernel
+	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak tree-tests clean distclean-kernel
 
 all: module
 
@@ -42,6 +42,7 @@ help:
 	@echo "make bench-wall    the same on two vCPUs against the host's clock (scatters +-20%)"
 	@echo "make bench-scale   cost vs write size and flows: tables, JSON and an SVG chart"
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
+	@echo "make fuzz-net      the remote packet fuzzer on the debug kernel (FUZZ_NET_S=600, FUZZ_NET_SEED=...)"
 	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
@@ -122,6 +123,13 @@ tree-tests: kernel iou-zcrx ncdevmem
 fuzz: tools
 	@$(MAKE) --no-print-directory FLAVOUR=debug module
 	@$(TOP)/scripts/fuzz.sh
+
+# The remote packet fuzzer (a hostile peer) on the debug kernel; make check
+# runs a short one.
+FUZZ_NET_FLAVOUR ?= debug
+fuzz-net: tools
+	@$(MAKE) --no-print-directory FLAVOUR=$(FUZZ_NET_FLAVOUR) module
+	@FUZZ_NET_FLAVOUR=$(FUZZ_NET_FLAVOUR) $(TOP)/scripts/fuzz-net.sh
 
 # Long streams while queues restart and receivers rebind; make check runs a
 # short one.

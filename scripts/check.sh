@@ -201,7 +201,7 @@ if [ -n "$build" ]; then
 fi
 
 if [ -n "$debug" ]; then
-	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 60
+	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 60 --fuzz-net-seconds 30
 fi
 
 if [ -n "$first" ]; then
@@ -254,7 +254,7 @@ tree-tests ($flavour kernel): $tsame same on stock and our netdevsim, $tdiff dif
 
 if [ -n "$first" ]; then
 	host_checks
-	vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --soak-seconds 30
+	vm_suite "$flavour" "check-$flavour" --fuzz-seconds 20 --fuzz-net-seconds 15 --soak-seconds 30
 	tree_tests
 fi
 

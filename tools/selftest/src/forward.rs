@@ -46,10 +46,10 @@ const NSC_MAC: &str = "02:00:00:00:00:c2";
 /// nsc behind nsa over a veth pair (`fwd0` in nsa, `fwd1` in nsc) with
 /// MTU [`LOW_MTU`], nsa forwarding both families, ICMP not rate limited.
 /// Gone on drop.
-struct Router;
+pub(crate) struct Router;
 
 impl Router {
-    fn up() -> Result<Router, String> {
+    pub(crate) fn up() -> Result<Router, String> {
         let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
         if !Path::new("/sys/module/veth").exists() {
             run("insmod", &[&format!("{build}/drivers/net/veth.ko")], "")?;

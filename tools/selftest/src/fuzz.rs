@@ -44,27 +44,27 @@ use crate::{Env, TestFn};
 pub const TESTS: &[(&str, TestFn)] = &[("fuzz_uapi", fuzz_uapi)];
 
 /// SplitMix64: small, seedable, good enough to pick actions.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0
         } else {
             self.next() % n
         }
     }
-    fn pct(&mut self, p: u64) -> bool {
+    pub(crate) fn pct(&mut self, p: u64) -> bool {
         self.below(100) < p
     }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+    pub(crate) fn pick<T: Copy>(&mut self, v: &[T]) -> T {
         v[self.below(v.len() as u64) as usize]
     }
 }

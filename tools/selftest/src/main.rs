@@ -36,6 +36,7 @@ mod net;
 mod netlink;
 mod nsim;
 mod pkt;
+mod remote;
 mod stream;
 mod share;
 mod signed;
@@ -61,6 +62,10 @@ pub struct Env {
     pub fuzz_seconds: u64,
     /// Its seed (`--fuzz-seed`; default: from the clock).
     pub fuzz_seed: Option<u64>,
+    /// How long `fuzz_remote` runs (`--fuzz-net-seconds`; default 10).
+    pub fuzz_net_seconds: u64,
+    /// Its seed (`--fuzz-net-seed`; default: from the clock).
+    pub fuzz_net_seed: Option<u64>,
     /// How long `soak_streams_restarts_rebinds` runs (`--soak-seconds`; 0:
     /// it skips).
     pub soak_seconds: u64,
@@ -107,11 +112,12 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(dmabuf::TESTS);
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
+    v.extend_from_slice(remote::TESTS);
     v
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--soak-seconds S] [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--list] [TEST...]");
     exit(2);
 }
 
@@ -178,6 +184,8 @@ fn main() {
     let mut fuzz_seconds = 0u64;
     let mut fuzz_seed = None;
     let mut soak_seconds = 0u64;
+    let mut fuzz_net_seconds = 10u64;
+    let mut fuzz_net_seed = None;
     let mut args = std::env::args().skip(1);
     if std::env::args().nth(1).as_deref() == Some("--child-refill") {
         share::child_refill();
@@ -209,6 +217,10 @@ fn main() {
                 fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
             }
             "--fuzz-seed" => fuzz_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
+            "--fuzz-net-seconds" => {
+                fuzz_net_seconds = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
+            }
+            "--fuzz-net-seed" => fuzz_net_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
             "--soak-seconds" => {
                 soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
             }
@@ -229,7 +241,7 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed, soak_seconds };
+    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed, fuzz_net_seconds, fuzz_net_seed, soak_seconds };
 
     let mut k = Ktap::new(std::io::stdout(), tests.len());
     // SAFETY: geteuid has no preconditions.

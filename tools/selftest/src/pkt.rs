@@ -29,8 +29,12 @@ pub fn fold(mut s: u32) -> u16 {
 }
 
 /// TCP flags.
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
 pub const PSH: u8 = 0x08;
 pub const ACK: u8 = 0x10;
+pub const URG: u8 = 0x20;
 
 /// A TCP segment's fields.
 #[derive(Clone, Debug)]
@@ -123,6 +127,96 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
     t[16..18].copy_from_slice(&c.to_be_bytes());
     d.extend_from_slice(&t);
     d
+}
+
+/// IPv4 fragments of `datagram` (a 20-byte header, no options) with
+/// `chunk` bytes of payload each (rounded down to 8; at least 8).
+pub fn ipv4_fragments(datagram: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+    let (hdr, payload) = datagram.split_at(20);
+    let chunk = (chunk / 8).max(1) * 8;
+    let mut v = Vec::new();
+    let mut off = 0;
+    while off < payload.len() {
+        let end = (off + chunk).min(payload.len());
+        let mut h = hdr.to_vec();
+        h[2..4].copy_from_slice(&((20 + end - off) as u16).to_be_bytes());
+        let mf = if end < payload.len() { 0x2000 } else { 0 };
+        h[6..8].copy_from_slice(&((mf | (off / 8)) as u16).to_be_bytes());
+        h[10..12].copy_from_slice(&[0, 0]);
+        let c = fold(sum16(0, &h));
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h.extend_from_slice(&payload[off..end]);
+        v.push(h);
+        off = end;
+    }
+    v
+}
+
+/// IPv6 fragments of `datagram` (a 40-byte header, no extension headers)
+/// with a fragment header of identification `id` and `chunk` bytes of
+/// payload each (rounded down to 8; at least 8).
+pub fn ipv6_fragments(datagram: &[u8], chunk: usize, id: u32) -> Vec<Vec<u8>> {
+    let (hdr, payload) = datagram.split_at(40);
+    let chunk = (chunk / 8).max(1) * 8;
+    let mut v = Vec::new();
+    let mut off = 0;
+    while off < payload.len() {
+        let end = (off + chunk).min(payload.len());
+        let mut h = hdr.to_vec();
+        h[4..6].copy_from_slice(&((8 + end - off) as u16).to_be_bytes());
+        let next = h[6];
+        h[6] = 44; // fragment header
+        let m = if end < payload.len() { 1 } else { 0 };
+        h.extend_from_slice(&[next, 0]);
+        h.extend_from_slice(&((off as u16) | m).to_be_bytes());
+        h.extend_from_slice(&id.to_be_bytes());
+        h.extend_from_slice(&payload[off..end]);
+        v.push(h);
+        off = end;
+    }
+    v
+}
+
+/// A TCP segment seen on the wire.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub dst: IpAddr,
+    pub dport: u16,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u8,
+}
+
+/// Parses an Ethernet frame holding a TCP segment (IPv4 without fragments,
+/// IPv6 without extension headers).
+pub fn parse(f: &[u8]) -> Option<Seen> {
+    let et = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
+    let ip = f.get(14..)?;
+    let (dst, t): (IpAddr, &[u8]) = match et {
+        0x0800 => {
+            let ihl = usize::from(ip.first()? & 0xf) * 4;
+            if *ip.get(9)? != libc::IPPROTO_TCP as u8 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+                return None;
+            }
+            let d: [u8; 4] = ip.get(16..20)?.try_into().ok()?;
+            (d.into(), ip.get(ihl..)?)
+        }
+        0x86dd => {
+            if *ip.get(6)? != libc::IPPROTO_TCP as u8 {
+                return None;
+            }
+            let d: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
+            (d.into(), ip.get(40..)?)
+        }
+        _ => return None,
+    };
+    Some(Seen {
+        dst,
+        dport: u16::from_be_bytes([*t.get(2)?, *t.get(3)?]),
+        seq: u32::from_be_bytes(t.get(4..8)?.try_into().ok()?),
+        ack: u32::from_be_bytes(t.get(8..12)?.try_into().ok()?),
+        flags: *t.get(13)?,
+    })
 }
 
 /// An Ethernet frame to `dst` holding `datagram`, with `pad` bytes of

@@ -65,6 +65,11 @@ pub fn errno_name(e: i32) -> &'static str {
         libc::E2BIG => "E2BIG",
         libc::EOVERFLOW => "EOVERFLOW",
         libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        libc::ECONNRESET => "ECONNRESET",
+        libc::EPIPE => "EPIPE",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ENOBUFS => "ENOBUFS",
+        libc::ECONNREFUSED => "ECONNREFUSED",
         _ => "E?",
     }
 }

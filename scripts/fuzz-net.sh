@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make fuzz-net`: the remote packet fuzzer (tools/selftest/src/remote.rs)
+# on the debug kernel (KASAN, lockdep, kmemleak): a hostile peer crafts
+# frames against a host whose netdevsim queue has zcrx-rs bound, while
+# valid connections must stay byte-exact. The VM runner fails the run on
+# any kernel splat. FUZZ_NET_S seconds (default 600); FUZZ_NET_SEED
+# replays the attacker's choices (the seed is printed first);
+# FUZZ_NET_FLAVOUR=fast for the fast kernel.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+secs=${FUZZ_NET_S:-600}
+seed=${FUZZ_NET_SEED:-}
+flavour=${FUZZ_NET_FLAVOUR:-debug}
+B=$(build_dir "$flavour")
+KO=$B/zcrx-module/rust/zcrx_rs.ko
+[ -f "$KO" ] || die "no $flavour module at $KO (make FLAVOUR=$flavour module)"
+args=(--module "$KO" --fuzz-net-seconds "$secs")
+[ -z "$seed" ] || args+=(--fuzz-net-seed "$seed")
+msg "remote fuzzing for $secs s on the $flavour kernel${seed:+ (seed $seed)}"
+"$ZCRX_TOP/scripts/vm.sh" --flavour "$flavour" --name fuzz-net --timeout $((secs + 900)) -- \
+	"$ZCRX_TOP/tools/target/release/zcrx-selftest" "${args[@]}" fuzz_remote

@@ -1,0 +1,833 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! The remote packet fuzzer (`make fuzz-net`; a short run in `make check`):
+//! a hostile peer against a host whose queue has a memory provider.
+//!
+//! The victim, nsa, has netdevsim queue 0 with header split on and zcrx-rs
+//! bound, listens on two ports and forwards to nsc over a veth with a
+//! smaller MTU (the topology of `forward.rs`). From nsb:
+//!
+//! - valid connections, one after the other, each with data unique to it
+//!   (an 8-byte id, then the pattern seeded with that id), received with
+//!   RECV on port 7400 and checked byte for byte: none may stall or differ;
+//! - an attacker crafting frames with a packet socket. It speaks TCP from a
+//!   phantom address (192.0.2.77, 2001:db8::77: nsa reaches it through a
+//!   static neighbour entry, nsb's stack drops what comes back, the
+//!   attacker reads it), so it can open real connections to port 7401 and
+//!   then misbehave inside their windows: option soup, urgent pointers
+//!   anywhere, reordered, overlapping and retransmitted segments, IP
+//!   fragments, bad checksums, link-layer padding, zero windows, FIN and
+//!   RST races; and outside any connection: random flags, and segments
+//!   the victim must forward (DF set or clear, TTL running out) while the
+//!   next link's MTU changes. The victim reads port 7401 with RECV too
+//!   (and `MSG_OOB` at marks), discarding what it gets.
+//!
+//! Every kernel splat fails the run (the VM's log scan). The report: the
+//! seed, frames sent per class, valid connections verified (bytes, zero-
+//! copy share), netdevsim's counters, and how often kprobes saw the kernel
+//! functions that read payload (all calls, readable or not).
+//!
+//! Not yet: MD5/AO-signed segments, MPTCP, kTLS, ESP, tunnels (netdevsim
+//! splits only plain TCP), GRO mixing (needs a netdevsim knob), parking
+//! out-of-order data for good (that starves the pool: see the dry-pool
+//! issue; every session here ends with a RST that frees its queues).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zcrx::ktap::Outcome::{self, *};
+use zcrx::sys::{at_mark, recv_oob};
+use zcrx::uapi::{ZCRX_RS_RECV_DONTWAIT, ZCRX_RS_RECV_MERGE, ZCRX_RS_REC_COPY};
+use zcrx::{Pattern, Rec, Zcrx};
+
+use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::forward::Router;
+use crate::fuzz::Rng;
+use crate::net::{connect, in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
+use crate::pkt::{self, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
+use crate::{Env, TestFn};
+
+pub const TESTS: &[(&str, TestFn)] = &[("fuzz_remote", fuzz_remote)];
+
+const VALID_PORT: u16 = 7400;
+const GARBAGE_PORT: u16 = 7401;
+const PHANTOM4: &str = "192.0.2.77";
+const PHANTOM6: &str = "2001:db8::77";
+/// Functions that read payload: how often the run reached them.
+const PROBES: &[&str] = &[
+    "skb_copy_bits",
+    "skb_checksum",
+    "skb_copy_and_csum_bits",
+    "__skb_checksum_complete",
+    "ip_do_fragment",
+    "ip6_fragment",
+    "skb_gro_receive",
+    "tcp_urg",
+    "__skb_to_sgvec",
+    "__icmp_send",
+];
+
+/// kprobe events on [`PROBES`]; removed on drop.
+struct Probes {
+    dir: String,
+    names: Vec<String>,
+}
+
+impl Probes {
+    fn new() -> (Probes, Vec<String>) {
+        let mut dir = "/sys/kernel/tracing".to_string();
+        if !std::path::Path::new(&format!("{dir}/kprobe_events")).exists() {
+            let _ = run("mount", &["-t", "tracefs", "nodev", &dir], "");
+        }
+        if !std::path::Path::new(&format!("{dir}/kprobe_events")).exists() {
+            dir = "/sys/kernel/debug/tracing".into();
+        }
+        let mut p = Probes { dir, names: Vec::new() };
+        let mut missing = Vec::new();
+        for f in PROBES {
+            let ev = format!("zf_{}", f.trim_start_matches('_'));
+            let add = std::fs::OpenOptions::new()
+                .append(true)
+                .open(format!("{}/kprobe_events", p.dir))
+                .and_then(|mut o| std::io::Write::write_all(&mut o, format!("p:{ev} {f}\n").as_bytes()));
+            let on = add.and_then(|_| std::fs::write(format!("{}/events/kprobes/{ev}/enable", p.dir), "1"));
+            match on {
+                Ok(()) => p.names.push(ev),
+                Err(e) => missing.push(format!("{f} ({e})")),
+            }
+        }
+        (p, missing)
+    }
+
+    /// Hits per probed function.
+    fn hits(&self) -> BTreeMap<String, u64> {
+        let t = std::fs::read_to_string(format!("{}/kprobe_profile", self.dir)).unwrap_or_default();
+        t.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (n, h) = (w.next()?, w.next()?.parse().ok()?);
+                self.names.iter().any(|x| x == n).then(|| (n.trim_start_matches("zf_").to_string(), h))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        for ev in &self.names {
+            let _ = std::fs::write(format!("{}/events/kprobes/{ev}/enable", self.dir), "0");
+            let _ = std::fs::OpenOptions::new()
+                .append(true)
+                .open(format!("{}/kprobe_events", self.dir))
+                .and_then(|mut o| std::io::Write::write_all(&mut o, format!("-:{ev}\n").as_bytes()));
+        }
+    }
+}
+
+/// The attacker: a packet socket on nsb's device.
+struct Attacker {
+    fd: std::os::fd::OwnedFd,
+    ifindex: u32,
+    /// nsa's MAC.
+    mac: [u8; 6],
+    rng: Rng,
+    /// Frames sent, per class.
+    sent: BTreeMap<&'static str, u64>,
+    /// What happened, per event (sessions opened, SYN unanswered, ...).
+    events: BTreeMap<&'static str, u64>,
+    next_port: u16,
+}
+
+/// A connection the attacker opened from the phantom address.
+struct Session {
+    ip: Ip,
+    sport: u16,
+    dport: u16,
+    /// Next sequence number to send.
+    nxt: u32,
+    /// The victim's next sequence number (what we ack).
+    rcv: u32,
+}
+
+impl Session {
+    /// A segment at stream offset `off` from `nxt`.
+    fn seg(&self, off: u32, flags: u8, payload: Vec<u8>) -> Tcp {
+        Tcp { seq: self.nxt.wrapping_add(off), ack: self.rcv, flags, win: 65535, ..Tcp::data(self.sport, self.dport, payload) }
+    }
+}
+
+impl Attacker {
+    /// Opens the socket, in the calling thread's namespace (nsb).
+    fn new(ifindex: u32, mac: [u8; 6], seed: u64) -> Result<Attacker, String> {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket creation; the fd is owned below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, i32::from(proto)) };
+        if fd < 0 {
+            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_protocol = proto;
+        sa.sll_ifindex = ifindex as i32;
+        // SAFETY: `sa` is a valid sockaddr_ll for its size.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Attacker {
+            fd,
+            ifindex,
+            mac,
+            rng: Rng(seed),
+            sent: BTreeMap::new(),
+            events: BTreeMap::new(),
+            next_port: 20000,
+        })
+    }
+
+    fn note(&mut self, what: &'static str) {
+        *self.events.entry(what).or_default() += 1;
+    }
+
+    /// Sends an IP datagram to nsa, counted under `class`.
+    fn send(&mut self, class: &'static str, v6: bool, datagram: &[u8], pad: usize) {
+        let f = pkt::frame(self.mac, v6, datagram, pad);
+        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_ifindex = self.ifindex as i32;
+        sa.sll_halen = 6;
+        sa.sll_addr[..6].copy_from_slice(&self.mac);
+        // A full tx queue (EAGAIN, ENOBUFS) just loses the frame, as the
+        // wire would.
+        // SAFETY: `f` and `sa` are valid for the lengths given.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                f.as_ptr().cast(),
+                f.len(),
+                0,
+                (&sa as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if n == f.len() as isize {
+            *self.sent.entry(class).or_default() += 1;
+        } else {
+            self.note("send failed");
+        }
+    }
+
+    /// The next segment nsa sends to the phantom's `port`, within `wait`.
+    fn expect(&mut self, port: u16, wait: Duration) -> Option<pkt::Seen> {
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 2048];
+        while t0.elapsed() < wait {
+            let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 20) };
+            loop {
+                // SAFETY: `buf` is writable for its length.
+                let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                if n <= 0 {
+                    break;
+                }
+                let Some(s) = pkt::parse(&buf[..n as usize]) else { continue };
+                let to_phantom = s.dst == PHANTOM4.parse::<IpAddr>().unwrap() || s.dst == PHANTOM6.parse::<IpAddr>().unwrap();
+                if to_phantom && s.dport == port {
+                    return Some(s);
+                }
+            }
+        }
+        None
+    }
+
+    /// Random TCP options: sometimes well-formed kinds with odd lengths,
+    /// sometimes raw bytes.
+    fn option_soup(&mut self) -> Vec<u8> {
+        let mut o = Vec::new();
+        let n = self.rng.below(6);
+        for _ in 0..n {
+            let kind = self.rng.pick(&[0u8, 1, 2, 3, 4, 5, 8, 19, 28, 29, 30, 34, 253, 254, 99]);
+            match kind {
+                0 | 1 => o.push(kind),
+                _ => {
+                    let len = if self.rng.pct(70) {
+                        match kind {
+                            2 => 4,
+                            3 => 3,
+                            4 => 2,
+                            8 => 10,
+                            19 => 18,
+                            _ => 2 + self.rng.below(16) as u8,
+                        }
+                    } else {
+                        self.rng.below(41) as u8
+                    };
+                    o.push(kind);
+                    o.push(len);
+                    for _ in 2..len {
+                        o.push(self.rng.next() as u8);
+                    }
+                }
+            }
+        }
+        o.truncate(40);
+        o
+    }
+
+    fn payload(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.rng.next() as u8).collect()
+    }
+
+    /// Opens a connection to nsa's `dport` from the phantom address:
+    /// SYN, SYN-ACK, ACK. `None` when nsa does not answer.
+    fn handshake(&mut self, class: &'static str, dport: u16, soup: bool) -> Option<Session> {
+        let v6 = self.rng.pct(50);
+        let ip = if v6 { Ip::new(PHANTOM6, "2001:db8::1") } else { Ip::new(PHANTOM4, "192.0.2.1") };
+        self.next_port = if self.next_port >= 60000 { 20000 } else { self.next_port + 1 };
+        let sport = self.next_port;
+        let iss = self.rng.next() as u32;
+        let mut opts = vec![2, 4, 0x05, 0xb4, 4, 2]; // MSS 1460, SACK permitted
+        if soup {
+            opts = self.option_soup();
+        }
+        let syn = Tcp { seq: iss, ack: 0, flags: SYN, win: 65535, opts, ..Tcp::data(sport, dport, Vec::new()) };
+        self.send(class, v6, &pkt::tcp_datagram(&ip, &syn), 0);
+        let sa = self.expect(sport, Duration::from_millis(500));
+        let Some(sa) = sa.filter(|s| s.flags & (SYN | ACK) == SYN | ACK && s.ack == iss.wrapping_add(1)) else {
+            self.note("SYN unanswered");
+            return None;
+        };
+        let s = Session { ip, sport, dport, nxt: iss.wrapping_add(1), rcv: sa.seq.wrapping_add(1) };
+        let ack = s.seg(0, ACK, Vec::new());
+        self.send(class, v6, &pkt::tcp_datagram(&s.ip, &ack), 0);
+        self.note("sessions opened");
+        Some(s)
+    }
+
+    fn send_seg(&mut self, class: &'static str, s: &Session, t: &Tcp) {
+        let v6 = s.ip.src.is_ipv6();
+        self.send(class, v6, &pkt::tcp_datagram(&s.ip, t), 0);
+    }
+
+    /// Ends a session with a RST, as a peer that got the victim's ACKs:
+    /// at the sequence number the victim acknowledged last (a RST elsewhere
+    /// in the window only draws a challenge ACK, RFC 5961), and at the end
+    /// of what we sent. The victim then frees its queues.
+    fn reset(&mut self, class: &'static str, s: &Session, off: u32) {
+        let mut acked = 0u32;
+        while let Some(a) = self.expect(s.sport, Duration::from_millis(10)) {
+            let d = a.ack.wrapping_sub(s.nxt);
+            if a.flags & ACK != 0 && d <= off.wrapping_add(1) {
+                acked = acked.max(d);
+            }
+        }
+        for seq in [s.nxt.wrapping_add(acked), s.nxt.wrapping_add(off)] {
+            let mut r = s.seg(0, RST | ACK, Vec::new());
+            r.seq = seq;
+            self.send_seg(class, s, &r);
+        }
+    }
+
+    /// One round of one class.
+    fn round(&mut self, forward_mtu: &mut Instant) {
+        let class = self.rng.pick(&[
+            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win",
+        ]);
+        match class {
+            "options" => {
+                let soup = self.rng.pct(50);
+                let Some(s) = self.handshake(class, GARBAGE_PORT, soup) else { return };
+                let mut off = 0u32;
+                for _ in 0..1 + self.rng.below(4) {
+                    let n = 1 + self.rng.below(1400) as usize;
+                    let mut t = s.seg(off, ACK | PSH, self.payload(n));
+                    t.opts = self.option_soup();
+                    self.send_seg(class, &s, &t);
+                    off = off.wrapping_add(n as u32);
+                }
+                self.reset(class, &s, off);
+            }
+            "urgent" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let segs = 2 + self.rng.below(6) as u32;
+                let size = 200 + self.rng.below(1200) as u32;
+                // Some segments out of order first (an urgent byte that
+                // arrives before the hole is filled), then all in order.
+                let mut order: Vec<u32> = (0..segs).collect();
+                if self.rng.pct(50) {
+                    order.rotate_left(1 + self.rng.below(u64::from(segs - 1)) as usize);
+                    order.extend(0..segs);
+                }
+                for i in order {
+                    let mut t = s.seg(i * size, ACK | PSH, self.payload(size as usize));
+                    if self.rng.pct(60) {
+                        t.flags |= URG;
+                        t.urg = match self.rng.below(4) {
+                            0 => 0,
+                            1 => self.rng.below(u64::from(size)) as u16,
+                            2 => (size + self.rng.below(3000) as u32) as u16,
+                            _ => self.rng.next() as u16,
+                        };
+                    }
+                    self.send_seg(class, &s, &t);
+                }
+                self.reset(class, &s, segs * size);
+            }
+            "reorder" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let total = 2000 + self.rng.below(20000) as u32;
+                let data = self.payload(total as usize);
+                // Random pieces, overlapping, some repeated or with
+                // different bytes in the overlap, in random order; then
+                // the whole range once more in order so no hole stays.
+                let mut pieces = Vec::new();
+                for _ in 0..4 + self.rng.below(12) {
+                    let a = self.rng.below(u64::from(total)) as u32;
+                    let len = (1 + self.rng.below(1400) as u32).min(total - a);
+                    pieces.push((a, len));
+                }
+                let mut a = 0;
+                while a < total {
+                    let len = (1 + self.rng.below(1400) as u32).min(total - a);
+                    pieces.push((a, len));
+                    a += len;
+                }
+                for (a, len) in pieces {
+                    let mut bytes = data[a as usize..(a + len) as usize].to_vec();
+                    if self.rng.pct(10) {
+                        bytes.iter_mut().for_each(|b| *b ^= 0x5a);
+                    }
+                    let mut t = s.seg(a, ACK | PSH, bytes);
+                    if self.rng.pct(30) {
+                        // a SACK block (kind 5) over something we sent
+                        let l = s.rcv;
+                        t.opts = vec![1, 1, 5, 10];
+                        t.opts.extend_from_slice(&l.to_be_bytes());
+                        t.opts.extend_from_slice(&l.wrapping_add(100).to_be_bytes());
+                    }
+                    self.send_seg(class, &s, &t);
+                }
+                self.reset(class, &s, total);
+            }
+            "frag" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let n = 100 + self.rng.below(1300) as usize;
+                let t = s.seg(0, ACK | PSH, self.payload(n));
+                let d = pkt::tcp_datagram(&s.ip, &t);
+                let chunk = 8 * (1 + self.rng.below(100) as usize);
+                let v6 = s.ip.src.is_ipv6();
+                let mut frags = if v6 {
+                    pkt::ipv6_fragments(&d, chunk, self.rng.next() as u32)
+                } else {
+                    let mut d = d;
+                    d[4..6].copy_from_slice(&(self.rng.next() as u16).to_be_bytes());
+                    d[6] = 0; // DF off
+                    pkt::ipv4_fragments(&d, chunk)
+                };
+                if self.rng.pct(40) {
+                    frags.reverse();
+                }
+                if self.rng.pct(20) {
+                    let dup = frags[self.rng.below(frags.len() as u64) as usize].clone();
+                    frags.push(dup);
+                }
+                for f in frags {
+                    self.send(class, v6, &f, 0);
+                }
+                self.reset(class, &s, n as u32);
+            }
+            "forward" => {
+                // To nsc, through the victim: fragmented (DF clear), or
+                // answered with ICMP (DF set, TTL 1).
+                if forward_mtu.elapsed() > Duration::from_secs(1) && self.rng.pct(5) {
+                    let mtu = self.rng.pick(&["1280", "1400", "1500"]);
+                    if run("ip", &["-n", NS_A, "link", "set", "fwd0", "mtu", mtu], "").is_ok() {
+                        self.note("forward MTU changed");
+                    }
+                    *forward_mtu = Instant::now();
+                }
+                let v6 = self.rng.pct(40);
+                let mut ip = if v6 { Ip::new(PHANTOM6, "2001:db8:1::2") } else { Ip::new(PHANTOM4, "198.51.100.2") };
+                ip.df = self.rng.pct(50);
+                ip.ttl = self.rng.pick(&[1, 2, 64]);
+                ip.id = self.rng.next() as u16;
+                let n = 100 + self.rng.below(1400) as usize;
+                let t = Tcp { seq: self.rng.next() as u32, ..Tcp::data(40000, 9, self.payload(n)) };
+                self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+            }
+            "bad_csum" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let n = 1 + self.rng.below(1400) as usize;
+                let mut t = s.seg(0, ACK | PSH, self.payload(n));
+                t.bad_csum = true;
+                self.send_seg(class, &s, &t);
+                // and the good one, so the stream goes on
+                t.bad_csum = false;
+                self.send_seg(class, &s, &t);
+                self.reset(class, &s, n as u32);
+            }
+            "padding" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let n = 1 + self.rng.below(1400) as usize;
+                let t = s.seg(0, ACK | PSH, self.payload(n));
+                let d = pkt::tcp_datagram(&s.ip, &t);
+                let pad = 1 + self.rng.below(64) as usize;
+                self.send(class, s.ip.src.is_ipv6(), &d, pad);
+                self.reset(class, &s, n as u32);
+            }
+            "rst_fin" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let n = 1 + self.rng.below(1400) as u32;
+                let what = self.rng.below(4);
+                let flags = match what {
+                    0 => ACK | PSH | FIN,
+                    1 => ACK | RST,
+                    2 => ACK | SYN,
+                    _ => ACK | FIN | URG,
+                };
+                let mut t = s.seg(0, flags, self.payload(n as usize));
+                t.urg = (n / 2) as u16;
+                self.send_seg(class, &s, &t);
+                let t = s.seg(n + u32::from(flags & FIN != 0), ACK | PSH, self.payload(100));
+                self.send_seg(class, &s, &t);
+                self.reset(class, &s, n + 101);
+            }
+            "zero_win" => {
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let mut off = 0;
+                for _ in 0..3 {
+                    let n = 1 + self.rng.below(1400) as u32;
+                    let mut t = s.seg(off, ACK | PSH, self.payload(n as usize));
+                    t.win = 0;
+                    self.send_seg(class, &s, &t);
+                    off += n;
+                }
+                self.reset(class, &s, off);
+            }
+            _ => {
+                // "flags": any flags, any sequence number, either port or none
+                let v6 = self.rng.pct(50);
+                let ip = if v6 { Ip::new(PHANTOM6, "2001:db8::1") } else { Ip::new(PHANTOM4, "192.0.2.1") };
+                let dport = self.rng.pick(&[VALID_PORT, GARBAGE_PORT, 9]);
+                let n = self.rng.below(1400) as usize;
+                let mut t = Tcp {
+                    seq: self.rng.next() as u32,
+                    ack: self.rng.next() as u32,
+                    flags: self.rng.next() as u8,
+                    urg: self.rng.next() as u16,
+                    ..Tcp::data(1024 + self.rng.below(60000) as u16, dport, self.payload(n))
+                };
+                t.opts = self.option_soup();
+                self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+            }
+        }
+    }
+}
+
+/// What the victim saw.
+#[derive(Debug, Default)]
+struct Victim {
+    valid_done: u64,
+    valid_bytes: u64,
+    zc_bytes: u64,
+    copy_bytes: u64,
+    garbage_conns: u64,
+    garbage_bytes: u64,
+    garbage_errors: BTreeMap<String, u64>,
+    oob_read: u64,
+    enobufs: u64,
+}
+
+/// One accepted connection on the victim.
+struct Conn {
+    s: TcpStream,
+    valid: bool,
+    /// Valid: the id (once its 8 bytes are in), its pattern, and bytes of
+    /// pattern seen.
+    id: Option<u64>,
+    pat: Option<Pattern>,
+    hdr: Vec<u8>,
+    got: u64,
+    last: Instant,
+}
+
+fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &AtomicBool) -> Result<Victim, String> {
+    valid.set_nonblocking(true).map_err(|e| e.to_string())?;
+    garbage.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut v = Victim::default();
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut recs = vec![Rec::default(); 128];
+    let mut stopped: Option<Instant> = None;
+    loop {
+        if stopped.is_none() && stop.load(Ordering::Acquire) {
+            stopped = Some(Instant::now());
+        }
+        // After the senders stop: the valid connections still open must
+        // finish; garbage ones are closed.
+        if let Some(t) = stopped {
+            if !conns.iter().any(|c| c.valid) {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(120) {
+                return Err(format!("{} valid connections still open 120 s after the end", conns.iter().filter(|c| c.valid).count()));
+            }
+        }
+        let mut fds: Vec<libc::pollfd> = [&valid, &garbage]
+            .iter()
+            .map(|l| libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
+        fds.extend(conns.iter().map(|c| libc::pollfd { fd: c.s.as_raw_fd(), events: libc::POLLIN | libc::POLLPRI, revents: 0 }));
+        // SAFETY: `fds` is a valid array of pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        let mut ready: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
+        for (l, is_valid) in [(&valid, true), (&garbage, false)] {
+            while let Ok((s, _)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                if !is_valid {
+                    v.garbage_conns += 1;
+                }
+                conns.push(Conn { s, valid: is_valid, id: None, pat: None, hdr: Vec::new(), got: 0, last: Instant::now() });
+            }
+        }
+        // new ones: try them at once
+        ready.resize(conns.len(), true);
+        let mut i = 0;
+        while i < conns.len() {
+            let c = &mut conns[i];
+            let mut close = false;
+            if !ready[i] && stopped.is_none() {
+                if c.valid && c.last.elapsed() > Duration::from_secs(60) {
+                    return Err(format!(
+                        "valid connection {:?} stalled after {} bytes: {}",
+                        c.id,
+                        c.got,
+                        crate::net::stall_report(z, &c.s, c.got)
+                    ));
+                }
+                i += 1;
+                continue;
+            }
+            if !c.valid && at_mark(&c.s).unwrap_or(false) && recv_oob(&c.s).is_ok() {
+                v.oob_read += 1;
+            }
+            let flags = ZCRX_RS_RECV_DONTWAIT | if c.got % 2 == 0 { ZCRX_RS_RECV_MERGE } else { 0 };
+            match z.recv(c.s.as_raw_fd(), &mut recs, flags) {
+                Ok(got) if got.bytes == 0 => close = true,
+                Ok(got) => {
+                    c.last = Instant::now();
+                    for r in &recs[..got.records] {
+                        let mut d = z.data(r);
+                        if r.flags & ZCRX_RS_REC_COPY != 0 {
+                            v.copy_bytes += u64::from(r.len);
+                        } else {
+                            v.zc_bytes += u64::from(r.len);
+                        }
+                        if !c.valid {
+                            v.garbage_bytes += d.len() as u64;
+                            continue;
+                        }
+                        if c.id.is_none() {
+                            let take = (8 - c.hdr.len()).min(d.len());
+                            c.hdr.extend_from_slice(&d[..take]);
+                            d = &d[take..];
+                            if c.hdr.len() == 8 {
+                                let id = u64::from_le_bytes(c.hdr[..].try_into().unwrap());
+                                c.id = Some(id);
+                                c.pat = Some(Pattern::new(id));
+                            }
+                        }
+                        if let (Some(id), Some(p)) = (c.id, &c.pat) {
+                            if let Some(bad) = p.check(c.got, d) {
+                                return Err(format!("valid connection {id}: payload mismatch at offset {bad}"));
+                            }
+                            c.got += d.len() as u64;
+                        }
+                    }
+                    z.refill(&recs[..got.records]).map_err(|e| format!("refill: {e}"))?;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => v.enobufs += 1,
+                Err(e) if c.valid => return Err(format!("valid connection {:?}: RECV: {e}", c.id)),
+                Err(e) => {
+                    *v.garbage_errors.entry(zcrx::sys::errno_name(e.raw_os_error().unwrap_or(0)).to_string()).or_default() += 1;
+                    close = true;
+                }
+            }
+            if !close && !c.valid && stopped.is_some() {
+                close = true;
+            }
+            if close {
+                let c = conns.swap_remove(i);
+                ready.swap_remove(i);
+                if c.valid {
+                    let Some(id) = c.id else { return Err("valid connection closed before its id".into()) };
+                    let want = valid_len(id);
+                    if c.got != want {
+                        return Err(format!("valid connection {id}: {} bytes, sent {want}", c.got));
+                    }
+                    v.valid_done += 1;
+                    v.valid_bytes += c.got;
+                }
+                continue;
+            }
+            i += 1;
+        }
+    }
+    Ok(v)
+}
+
+/// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.
+fn valid_len(id: u64) -> u64 {
+    let mut r = Rng(id ^ 0x5eed);
+    (64 << 10) + r.below(2 << 20)
+}
+
+fn fuzz_remote(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let secs = env.fuzz_net_seconds;
+    let seed = env.fuzz_net_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    env.diag(&format!("fuzz_remote: seed {seed}, {secs} s (--fuzz-net-seed {seed} replays the attacker's choices)"));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let router = tryo!(Router::up());
+    let mac_a = tryo!(pkt::hwaddr(NS_A, &n.a));
+    let mac_b = tryo!(pkt::hwaddr(NS_B, &n.b));
+    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    tryo!(run(
+        "ip",
+        &["-n", NS_A, "-b", "-"],
+        &format!(
+            "neigh replace {PHANTOM4} lladdr {mac_b} dev {0} nud permanent\n\
+             neigh replace {PHANTOM6} lladdr {mac_b} dev {0} nud permanent\n",
+            n.a
+        ),
+    ));
+    let (probes, unprobed) = Probes::new();
+    let hits0 = probes.hits();
+    let before = tryo!(n.stats(1, 0));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (vl_tx, vl_rx) = std::sync::mpsc::channel::<TcpListener>();
+    let stop_v = stop.clone();
+    let victim = with_receiver(n.a_idx, 0, 64 << 20, GARBAGE_PORT, true, move |z, garbage| {
+        let valid = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, VALID_PORT)).map_err(|e| format!("listen: {e}"))?;
+        let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+        victim_loop(z, valid, garbage, &stop_v)
+    });
+    // The valid listener is up once its clone arrives.
+    let _valid_listener = tryo!(vl_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| "victim did not listen".to_string()));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+
+    let stop_s = stop.clone();
+    let sender = in_netns(NS_B, move || {
+        let (mut ids, mut bytes) = (0u64, 0u64);
+        let mut id = seed.rotate_left(17);
+        while Instant::now() < deadline && !stop_s.load(Ordering::Acquire) {
+            id = id.wrapping_add(1);
+            let to: SocketAddr = if id % 2 == 0 {
+                (std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), VALID_PORT).into()
+            } else {
+                (std::net::Ipv4Addr::new(192, 0, 2, 1), VALID_PORT).into()
+            };
+            let mut s = connect(to, Duration::from_secs(60))?;
+            let p = Pattern::new(id);
+            let len = valid_len(id);
+            std::io::Write::write_all(&mut s, &id.to_le_bytes()).map_err(|e| format!("send id: {e}"))?;
+            let mut off = 0;
+            while off < len {
+                let k = ((len - off) as usize).min(64 << 10);
+                std::io::Write::write_all(&mut s, p.slice(off, k)).map_err(|e| format!("connection {id}: send at {off}: {e}"))?;
+                off += k as u64;
+            }
+            ids += 1;
+            bytes += len;
+        }
+        Ok((ids, bytes))
+    });
+
+    let b_idx = n.b_idx;
+    let attacker = in_netns(NS_B, move || {
+        let mut a = Attacker::new(b_idx, mac_a, seed)?;
+        let mut mtu_changed = Instant::now();
+        let mut rounds = 0u64;
+        while Instant::now() < deadline {
+            a.round(&mut mtu_changed);
+            rounds += 1;
+        }
+        *a.events.entry("rounds").or_default() = rounds;
+        Ok((a.sent, a.events))
+    });
+
+    let att = join(attacker);
+    let snd = join(sender);
+    stop.store(true, Ordering::Release);
+    let vic = join(victim);
+    let hits = probes.hits();
+    drop(probes);
+    let d = n.stats(1, 0).map(|s| s.since(&before));
+    let (sent, events) = tryo!(att);
+    let (ids, bytes) = tryo!(snd);
+    let v = tryo!(vic);
+    let d = tryo!(d);
+    let total: u64 = sent.values().sum();
+    env.diag(&format!(
+        "attacker: {total} frames: {}",
+        sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+    ));
+    env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
+    env.diag(&format!(
+        "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \
+         garbage: {} connections, {} read, errors {:?}, MSG_OOB read {}, ENOBUFS {}",
+        v.valid_done,
+        mib(v.valid_bytes),
+        mib(bytes),
+        mib(v.zc_bytes),
+        mib(v.copy_bytes),
+        v.garbage_conns,
+        mib(v.garbage_bytes),
+        v.garbage_errors,
+        v.oob_read,
+        v.enobufs
+    ));
+    env.diag(&format!(
+        "netdevsim queue 0: split {} packets ({}), dry-pool drops {}, bad checksums {}, unsplit (dry fallback) {}",
+        d.dma_packets,
+        mib(d.dma_bytes),
+        d.drop_no_buf,
+        d.csum_bad,
+        d.fallback_packets
+    ));
+    env.diag(&format!(
+        "reached (kprobe hits, all calls): {}{}",
+        hits.iter().map(|(k, n)| format!("{k} {}", n - hits0.get(k).copied().unwrap_or(0))).collect::<Vec<_>>().join(", "),
+        if unprobed.is_empty() { String::new() } else { format!("; not probed: {}", unprobed.join(", ")) }
+    ));
+    if v.valid_done != ids || v.valid_bytes != bytes {
+        return Fail(format!("{} of {ids} valid connections verified ({} of {bytes} bytes)", v.valid_done, v.valid_bytes));
+    }
+    if ids == 0 || total == 0 || d.dma_packets == 0 {
+        return Fail("the run did nothing: no valid connection, no frame, or nothing split into the area".into());
+    }
+    drop(router);
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(30)));
+    Pass
+}
