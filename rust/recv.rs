@@ -512,8 +512,10 @@ pub(crate) struct Received {
 /// urgent mark once it has described anything (a call that starts at the
 /// mark passes it: `tcp_read_sock()` steps over the urgent byte, or reads
 /// it with `SO_OOBINLINE`). `ENOBUFS` when data is
-/// there but no buffer is free to copy it into (return buffers through the
-/// refill ring and call again); `EOPNOTSUPP` when the data needs a copy
+/// there but no buffer is free to copy it into, or when nothing could be
+/// read while the page pools are dry and the user holds buffers (instead
+/// of sleeping or `EAGAIN`; a sleeping call is woken when the pools run
+/// dry): return buffers through the refill ring and call again; `EOPNOTSUPP` when the data needs a copy
 /// and the area takes none (a dma-buf); `ENOTCONN` on a listening or
 /// unconnected socket.
 pub(crate) fn recv<S: RecordSink>(
@@ -557,21 +559,27 @@ pub(crate) fn recv<S: RecordSink>(
             // (recv() stops there once it has read anything, so that the
             // program can look: SIOCATMARK, MSG_OOB). A signal ends the
             // wait with the data.
+            // Nor while the pools are dry and the user holds buffers: more
+            // may only come once the user gives some back.
             if w.batch.delivered_bytes() >= target
                 || w.stop.is_some()
                 || timeo == 0
                 || !lock.may_get_more()
                 || lock.at_urgent_mark()
+                || zcrx.starved_and_held()
             {
                 break;
             }
             let seen = lock.queue_tail();
-            if lock.wait_data(&mut timeo, seen).is_err() {
+            if lock
+                .wait_data_wakeable(&mut timeo, seen, zcrx.sleepers())
+                .is_err()
+            {
                 break;
             }
             // The wait released the lock: an urgent mark may have come
             // right where we are. Do not read past it in this call.
-            if lock.at_urgent_mark() {
+            if lock.at_urgent_mark() || zcrx.starved_and_held() {
                 break;
             }
             continue;
@@ -594,13 +602,20 @@ pub(crate) fn recv<S: RecordSink>(
         if eof_or_error(&lock)? {
             break;
         }
+        // Nothing to read, the pools are dry and the user holds buffers:
+        // the data may be waiting for those (dropped by the NIC, or behind
+        // a hole in the out-of-order queue). Say so instead of sleeping or
+        // EAGAIN, and wake such a sleeper when the pools run dry.
+        if zcrx.starved_and_held() {
+            return Err(ENOBUFS);
+        }
         if timeo == 0 {
             return Err(EAGAIN);
         }
         // Nothing read. Should anything be queued that this call could not
         // consume, sleep until more arrives instead of spinning.
         let seen = lock.queue_tail();
-        lock.wait_data(&mut timeo, seen)?;
+        lock.wait_data_wakeable(&mut timeo, seen, zcrx.sleepers())?;
     }
     drop(lock);
     debug_assert!(w.batch.pending_bytes() == 0);

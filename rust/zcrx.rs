@@ -23,6 +23,8 @@
 //! of `uninstall`; nor is `queues`. `ring_pos` (BH spinlock) nests inside
 //! nothing and takes the area's free list lock.
 
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
 use kernel::{
     new_mutex, new_spinlock_bh,
     prelude::*,
@@ -37,6 +39,7 @@ use crate::net::{
     netmem::{DmaUse, NetIovArea, Released},
     page_pool::{AllocBatch, PagePool},
     provider::{self, memory_provider_ops, Binding, BindingSlot, MemoryProvider, Uninstall},
+    sock::Sleepers,
 };
 use crate::refill::{RefillRing, RingPos};
 use crate::stats::{Stats, GLOBAL};
@@ -78,6 +81,13 @@ pub(crate) struct Zcrx {
     /// The events of the context that uses this state.
     #[pin]
     events: EventSlot,
+    /// The page pools found no buffer the last time they asked (a queue's
+    /// NIC drops what arrives), cleared when one is found again.
+    starved: AtomicBool,
+    /// RECV calls sleeping for data, woken when the pools run dry: the
+    /// user may hold the buffers that would let data in.
+    #[pin]
+    sleepers: Sleepers,
 }
 
 /// One rx queue bound to a [`Zcrx`]: the memory provider proper.
@@ -109,6 +119,8 @@ impl Zcrx {
                 nodev,
                 stats: Stats::new(),
                 events <- EventSlot::new(),
+                starved: AtomicBool::new(false),
+                sleepers <- Sleepers::new(),
             }),
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -293,6 +305,25 @@ impl Zcrx {
     /// Fires `events` (`ZCRX_RS_EVENT_*`) into the context's, if armed
     /// there, and publishes the counters in the ring: call after counting
     /// what the events are about.
+    /// The RECV calls sleeping for this state's data.
+    pub(crate) fn sleepers(&self) -> &Sleepers {
+        &self.sleepers
+    }
+
+    /// The pools ran dry, the free list has nothing for them, and the user
+    /// holds buffers that are not on the refill ring: data may wait in the stack for buffers only the user can
+    /// give back. While starved, this first takes what the user gave back
+    /// (no pool consumes the ring while nothing arrives), and counts the
+    /// user's references (a walk: only while starved).
+    pub(crate) fn starved_and_held(&self) -> bool {
+        if !self.starved.load(Relaxed) {
+            return false;
+        }
+        self.drain_refill();
+        // The copy reserve is no use to the pools.
+        self.area.free_count() <= self.area.copy_reserve() && self.area.user_held() > 0
+    }
+
     pub(crate) fn fire(&self, events: u32) {
         let n = self.events.fire(events);
         if n != 0 {
@@ -477,7 +508,15 @@ impl MemoryProvider for Queue {
         if batch.len() == 0 {
             zcrx.stats.alloc_fail.add(1);
             zcrx.fire(ZCRX_RS_EVENT_ALLOC_FAIL);
+            // Once per dry spell: a RECV sleeping for data that cannot come
+            // must hear it (it returns ENOBUFS, so the user gives back).
+            if !zcrx.starved.swap(true, Relaxed) {
+                zcrx.sleepers.wake_all();
+            }
             return;
+        }
+        if zcrx.starved.load(Relaxed) {
+            zcrx.starved.store(false, Relaxed);
         }
         // The pool hands out the batch's last buffer first: reversed, the
         // NIC fills buffers in the order they came, from the ring as the

@@ -9,8 +9,9 @@ use core::{ffi::c_void, ptr::NonNull};
 use kernel::{
     bindings,
     fs::file::LocalFile,
+    new_spinlock_bh,
     prelude::*,
-    sync::aref::ARef, //
+    sync::{aref::ARef, SpinLockBh}, //
 };
 
 use super::skb::SkBuff;
@@ -105,6 +106,69 @@ pub(crate) enum TcpState {
 /// with the queue's tail by [`LockedSock::wait_data`], never dereferenced.
 #[derive(Clone, Copy)]
 pub(crate) struct QueueTail(*mut bindings::sk_buff);
+
+/// How many receive calls of one [`Sleepers`] can sleep wakeable at once.
+const SLEEPER_SLOTS: usize = 64;
+
+/// Sockets on which receive calls sleep for data, to be woken for another
+/// reason ([`Sleepers::wake_all`]: the buffers they receive into ran out).
+/// Receive calls enter through [`LockedSock::wait_data_wakeable`] only.
+#[pin_data]
+pub(crate) struct Sleepers {
+    #[pin]
+    slots: SpinLockBh<SleeperSlots>,
+}
+
+/// # Invariants
+///
+/// Every non-null slot is the `struct sock` of a [`LockedSock`] for which a
+/// call of [`LockedSock::wait_data_wakeable`] has not returned yet: that
+/// call borrows the socket's [`TcpSocket`], so the sock is live while it is
+/// in a slot. Slots are written only under the lock.
+struct SleeperSlots([*mut bindings::sock; SLEEPER_SLOTS]);
+
+// SAFETY: the pointers are plain addresses, dereferenced only by
+// `Sleepers::wake_all` under the lock, on any CPU; nothing is tied to the
+// thread that wrote them.
+unsafe impl Send for SleeperSlots {}
+
+impl Sleepers {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            slots <- new_spinlock_bh!(SleeperSlots([core::ptr::null_mut(); SLEEPER_SLOTS]), "Sleepers::slots"),
+        })
+    }
+
+    /// Wakes every receive call sleeping in
+    /// [`LockedSock::wait_data_wakeable`] with these sleepers, as new data
+    /// would (the socket's `sk_data_ready`). Any context, softirq included.
+    pub(crate) fn wake_all(&self) {
+        let slots = self.slots.lock();
+        for &sk in slots.0.iter().filter(|sk| !sk.is_null()) {
+            // SAFETY: by the type invariant of `SleeperSlots` the sock is
+            // live while it is in a slot, and the lock we hold keeps it
+            // there. `sk_data_ready` of a TCP socket may be called from any
+            // context; it only wakes the socket's waiters.
+            unsafe {
+                if let Some(ready) = (*sk).sk_data_ready {
+                    ready(sk);
+                }
+            }
+        }
+    }
+
+    /// Puts `sk` in a free slot; `None` if there is none.
+    fn enter(&self, sk: *mut bindings::sock) -> Option<usize> {
+        let mut slots = self.slots.lock();
+        let i = slots.0.iter().position(|p| p.is_null())?;
+        slots.0[i] = sk;
+        Some(i)
+    }
+
+    fn leave(&self, i: usize) {
+        self.slots.lock().0[i] = core::ptr::null_mut();
+    }
+}
 
 /// A locked TCP socket, unlocked (`release_sock`) on drop.
 ///
@@ -262,6 +326,24 @@ impl LockedSock<'_> {
             }));
         }
         Ok(())
+    }
+
+    /// [`LockedSock::wait_data`], woken also by `sleepers.wake_all()`. With
+    /// every slot taken (more than 64 sleepers) it waits for data only.
+    pub(crate) fn wait_data_wakeable(
+        &mut self,
+        timeo: &mut isize,
+        seen: QueueTail,
+        sleepers: &Sleepers,
+    ) -> Result {
+        // The slot is emptied before this returns, while `self` still
+        // borrows the socket: the invariant of `SleeperSlots`.
+        let slot = sleepers.enter(self.sk());
+        let r = self.wait_data(timeo, seen);
+        if let Some(i) = slot {
+            sleepers.leave(i);
+        }
+        r
     }
 
     /// Reads the receive queue with `tcp_read_sock()`, calling `actor` for
