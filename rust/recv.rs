@@ -572,7 +572,7 @@ pub(crate) fn recv<S: RecordSink>(
             }
             let seen = lock.queue_tail();
             if lock
-                .wait_data_wakeable(&mut timeo, seen, zcrx.sleepers())
+                .wait_data_or(&mut timeo, seen, zcrx.sleepers(), || zcrx.starved())
                 .is_err()
             {
                 break;
@@ -615,7 +615,7 @@ pub(crate) fn recv<S: RecordSink>(
         // Nothing read. Should anything be queued that this call could not
         // consume, sleep until more arrives instead of spinning.
         let seen = lock.queue_tail();
-        lock.wait_data_wakeable(&mut timeo, seen, zcrx.sleepers())?;
+        lock.wait_data_or(&mut timeo, seen, zcrx.sleepers(), || zcrx.starved())?;
     }
     drop(lock);
     debug_assert!(w.batch.pending_bytes() == 0);

@@ -302,28 +302,38 @@ impl Zcrx {
         }
     }
 
-    /// Fires `events` (`ZCRX_RS_EVENT_*`) into the context's, if armed
-    /// there, and publishes the counters in the ring: call after counting
-    /// what the events are about.
     /// The RECV calls sleeping for this state's data.
     pub(crate) fn sleepers(&self) -> &Sleepers {
         &self.sleepers
     }
 
-    /// The pools ran dry, the free list has nothing for them, and the user
-    /// holds buffers that are not on the refill ring: data may wait in the stack for buffers only the user can
-    /// give back. While starved, this first takes what the user gave back
-    /// (no pool consumes the ring while nothing arrives), and counts the
-    /// user's references (a walk: only while starved).
+    /// The pools found no buffer the last time they asked.
+    pub(crate) fn starved(&self) -> bool {
+        self.starved.load(Relaxed)
+    }
+
+    /// The pools ran dry and the user holds buffers that are not on the
+    /// refill ring: data may wait in the stack for buffers only the user
+    /// can give back. While starved, this first takes what the user gave
+    /// back (no pool consumes the ring while nothing arrives): if that was
+    /// anything, the pools have buffers again and the state is not starved
+    /// any more. Then it counts the user's references (a walk: only while
+    /// starved).
     pub(crate) fn starved_and_held(&self) -> bool {
-        if !self.starved.load(Relaxed) {
+        if !self.starved() {
             return false;
         }
-        self.drain_refill();
+        if self.drain_refill() > 0 {
+            self.starved.store(false, Relaxed);
+            return false;
+        }
         // The copy reserve is no use to the pools.
         self.area.free_count() <= self.area.copy_reserve() && self.area.user_held() > 0
     }
 
+    /// Fires `events` (`ZCRX_RS_EVENT_*`) into the context's, if armed
+    /// there, and publishes the counters in the ring: call after counting
+    /// what the events are about.
     pub(crate) fn fire(&self, events: u32) {
         let n = self.events.fire(events);
         if n != 0 {
@@ -396,15 +406,17 @@ impl Zcrx {
     }
 
     /// Returns every buffer the user put on the refill ring to its pool or
-    /// the free list. For when no pool drives the ring: after unbinding, or
-    /// when copies need buffers while the queue sees no traffic.
+    /// the free list, and how many that were. For when no pool drives the
+    /// ring: after unbinding, when copies need buffers while the queue sees
+    /// no traffic, or while the pools are starved.
     ///
     /// The ring lock (a BH spinlock, which the NAPI side also takes) is
     /// held for at most [`DRAIN_CHUNK`] buffers at a time, and one call
     /// reads at most one ring's worth of entries and handles at most as
     /// many buffers as they (and a range begun before) can name.
-    pub(crate) fn drain_refill(&self) {
+    pub(crate) fn drain_refill(&self) -> u64 {
         let (nbufs, shift) = (self.area.nbufs(), self.area.buf_shift());
+        let mut returned = 0;
         let mut entries = self.ring.entries();
         let mut bufs = (entries as usize + 1) * ZCRX_RS_RANGE_MAX_BUFS as usize;
         while bufs > 0 {
@@ -426,7 +438,9 @@ impl Zcrx {
             bufs = bufs.saturating_sub(done);
             self.stats.refill_ok.add(t.ok);
             self.stats.refill_bad.add(t.bad);
+            returned += t.ok;
         }
+        returned
     }
 
     /// Takes buffers from the refill ring for `batch`'s pool: those whose

@@ -103,16 +103,16 @@ pub(crate) enum TcpState {
 }
 
 /// The receive queue's last skb when it was looked at (or none): compared
-/// with the queue's tail by [`LockedSock::wait_data`], never dereferenced.
+/// with the queue's tail by [`LockedSock::wait_data_or`], never dereferenced.
 #[derive(Clone, Copy)]
 pub(crate) struct QueueTail(*mut bindings::sk_buff);
 
 /// How many receive calls of one [`Sleepers`] can sleep wakeable at once.
 const SLEEPER_SLOTS: usize = 64;
 
-/// Sockets on which receive calls sleep for data, to be woken for another
-/// reason ([`Sleepers::wake_all`]: the buffers they receive into ran out).
-/// Receive calls enter through [`LockedSock::wait_data_wakeable`] only.
+/// Receive calls sleeping for data, to be woken for another reason
+/// ([`Sleepers::wake_all`]: the buffers they receive into ran out). They
+/// enter through [`LockedSock::wait_data_or`] only.
 #[pin_data]
 pub(crate) struct Sleepers {
     #[pin]
@@ -121,11 +121,12 @@ pub(crate) struct Sleepers {
 
 /// # Invariants
 ///
-/// Every non-null slot is the `struct sock` of a [`LockedSock`] for which a
-/// call of [`LockedSock::wait_data_wakeable`] has not returned yet: that
-/// call borrows the socket's [`TcpSocket`], so the sock is live while it is
-/// in a slot. Slots are written only under the lock.
-struct SleeperSlots([*mut bindings::sock; SLEEPER_SLOTS]);
+/// Every non-null slot is the wait queue of the socket of a [`LockedSock`]
+/// for which a call of [`LockedSock::wait_data_or`] has not returned yet:
+/// that call borrows the socket's [`TcpSocket`], whose file keeps the
+/// socket, and so its wait queue, live. Slots are written only under the
+/// lock.
+struct SleeperSlots([*mut bindings::wait_queue_head; SLEEPER_SLOTS]);
 
 // SAFETY: the pointers are plain addresses, dereferenced only by
 // `Sleepers::wake_all` under the lock, on any CPU; nothing is tied to the
@@ -139,29 +140,28 @@ impl Sleepers {
         })
     }
 
-    /// Wakes every receive call sleeping in
-    /// [`LockedSock::wait_data_wakeable`] with these sleepers, as new data
-    /// would (the socket's `sk_data_ready`). Any context, softirq included.
+    /// Wakes every receive call sleeping in [`LockedSock::wait_data_or`]
+    /// with these sleepers: a wake-up of its socket's wait queue, nothing
+    /// else of the socket is touched (its callbacks may belong to whoever
+    /// took it over meanwhile). Any context, softirq included.
     pub(crate) fn wake_all(&self) {
         let slots = self.slots.lock();
-        for &sk in slots.0.iter().filter(|sk| !sk.is_null()) {
-            // SAFETY: by the type invariant of `SleeperSlots` the sock is
-            // live while it is in a slot, and the lock we hold keeps it
-            // there. `sk_data_ready` of a TCP socket may be called from any
-            // context; it only wakes the socket's waiters.
+        for &wq in slots.0.iter().filter(|wq| !wq.is_null()) {
+            // SAFETY: by the type invariant of `SleeperSlots` the wait
+            // queue is live while it is in a slot, and the lock we hold
+            // keeps it there. `__wake_up` takes the queue's own lock and
+            // may be called from any context.
             unsafe {
-                if let Some(ready) = (*sk).sk_data_ready {
-                    ready(sk);
-                }
-            }
+                bindings::__wake_up(wq, bindings::TASK_INTERRUPTIBLE, 1, core::ptr::null_mut())
+            };
         }
     }
 
-    /// Puts `sk` in a free slot; `None` if there is none.
-    fn enter(&self, sk: *mut bindings::sock) -> Option<usize> {
+    /// Puts `wq` in a free slot; `None` if there is none.
+    fn enter(&self, wq: *mut bindings::wait_queue_head) -> Option<usize> {
         let mut slots = self.slots.lock();
         let i = slots.0.iter().position(|p| p.is_null())?;
-        slots.0[i] = sk;
+        slots.0[i] = wq;
         Some(i)
     }
 
@@ -223,11 +223,12 @@ impl LockedSock<'_> {
     }
 
     /// The last skb of the receive queue (`skb_peek_tail()`), as an opaque
-    /// token for [`LockedSock::wait_data`]: only compared, never followed.
+    /// token for [`LockedSock::wait_data_or`]: only compared, never followed.
     pub(crate) fn queue_tail(&self) -> QueueTail {
-        // SAFETY: the sock is live and locked. `list` is the named view of
-        // the queue head's `next`/`prev` (a `struct_group`); reading `prev`
-        // volatile is skb_peek_tail()'s READ_ONCE.
+        // SAFETY: the sock is live. `list` is the named view of the queue
+        // head's `next`/`prev` (a `struct_group`); reading `prev` volatile
+        // is skb_peek_tail()'s READ_ONCE, which sk_wait_data() also does
+        // without the socket lock ([`LockedSock::wait_data_or`] does).
         let (head, prev) = unsafe {
             let q = core::ptr::addr_of_mut!((*self.sk()).sk_receive_queue);
             let prev = core::ptr::addr_of!((*q).__bindgen_anon_1.list.prev).read_volatile();
@@ -296,23 +297,74 @@ impl LockedSock<'_> {
     }
 
     /// Sleeps (releasing the lock) until the socket is woken (new data, an
-    /// error, the end of the stream) or for at most `timeo` jiffies,
-    /// updating it; returns at once if the receive queue's tail is no
-    /// longer `seen` (taken with [`LockedSock::queue_tail`] after the last
-    /// read). Returns `Err` with the errno to report when a signal
-    /// interrupted the wait.
+    /// error, the end of the stream), `sleepers.wake_all()` is called or
+    /// `stop()` holds, or for at most `timeo` jiffies, updating it; returns
+    /// at once if the receive queue's tail is no longer `seen` (taken with
+    /// [`LockedSock::queue_tail`] after the last read). Returns `Err` with
+    /// the errno to report when a signal interrupted the wait. This is
+    /// `sk_wait_data()` with `stop()` in its condition (without its
+    /// `SOCKWQ_ASYNC_WAITDATA` bit: an `O_ASYNC` socket gets no `SIGIO` for
+    /// data that arrives while a RECV sleeps on it).
     ///
     /// Passing the tail rather than none is what keeps a reader that cannot
-    /// consume the queued data from spinning: with a NULL tail
-    /// `sk_wait_data()` returns at once while anything is queued.
+    /// consume the queued data from spinning: with a NULL tail the wait
+    /// returns at once while anything is queued.
+    ///
+    /// `stop()` is looked at once this call is on the socket's wait queue
+    /// and in `sleepers` (with the socket lock released), so a wake-up for
+    /// a condition `stop()` sees cannot fall between the caller's own check
+    /// and the sleep: whoever makes `stop()` true and then calls
+    /// `wake_all()` either is seen by `stop()` or wakes this call. With
+    /// every slot taken (more than 64 sleepers) only data, `stop()` as
+    /// first seen, the timeout or a signal end the wait.
     ///
     /// `EPROTONOSUPPORT` if an upper layer (kTLS, sockmap) took the socket
     /// over while the lock was released: nothing may be read any more.
-    pub(crate) fn wait_data(&mut self, timeo: &mut isize, seen: QueueTail) -> Result {
-        // SAFETY: the sock is live and locked, as sk_wait_data requires;
-        // `seen` is only compared with the queue's tail, never dereferenced.
-        unsafe { bindings::sk_wait_data(self.sk(), timeo, seen.0) };
-        // The wait released the lock: re-establish the type invariant.
+    pub(crate) fn wait_data_or(
+        &mut self,
+        timeo: &mut isize,
+        seen: QueueTail,
+        sleepers: &Sleepers,
+        stop: impl Fn() -> bool,
+    ) -> Result {
+        let sk = self.sk();
+        // SAFETY: all-zero is a valid wait queue entry; we set what
+        // `add_wait_queue` and `wait_woken` use (DEFINE_WAIT_FUNC).
+        let mut wait: bindings::wait_queue_entry = unsafe { core::mem::zeroed() };
+        // SAFETY: the current task is live while it runs this.
+        wait.private = unsafe { bindings::get_current() }.cast();
+        wait.func = Some(bindings::woken_wake_function);
+        let wait = core::ptr::addr_of_mut!(wait);
+        // SAFETY: the sock is live and locked; `sk_wq` (the union's plain
+        // view; sk_sleep() reads it without RCU too) is its socket's wait
+        // queue, set when the socket was made and live as long as the file
+        // we hold. `wait`
+        // stays in place on this stack frame until it is removed below.
+        let wq = unsafe {
+            let wq = core::ptr::addr_of_mut!((*(*sk).__bindgen_anon_1.sk_wq).wait);
+            bindings::add_wait_queue(wq, wait);
+            wq
+        };
+        // The slot is emptied before this returns, while `self` still
+        // borrows the socket: the invariant of `SleeperSlots`.
+        let slot = sleepers.enter(wq);
+        // SAFETY: we hold the socket lock (the type invariant); it is taken
+        // again below before anything else touches the socket.
+        unsafe { bindings::release_sock(sk) };
+        let ready = self.queue_tail().0 != seen.0 || stop();
+        if !ready {
+            // SAFETY: `wait` is on a wait queue, with this task and
+            // `woken_wake_function`, as `wait_woken` requires.
+            *timeo = unsafe { bindings::wait_woken(wait, bindings::TASK_INTERRUPTIBLE, *timeo) };
+        }
+        // SAFETY: the sock is live; process context (we slept above).
+        unsafe { bindings::lock_sock(sk) };
+        if let Some(i) = slot {
+            sleepers.leave(i);
+        }
+        // SAFETY: `wait` was added to `wq` above and is still there.
+        unsafe { bindings::remove_wait_queue(wq, wait) };
+        // The lock was released: re-establish the type invariant.
         // SAFETY: the sock is live.
         if !unsafe { is_plain_tcp(self.sock.sk) } {
             self.taken_over = true;
@@ -326,24 +378,6 @@ impl LockedSock<'_> {
             }));
         }
         Ok(())
-    }
-
-    /// [`LockedSock::wait_data`], woken also by `sleepers.wake_all()`. With
-    /// every slot taken (more than 64 sleepers) it waits for data only.
-    pub(crate) fn wait_data_wakeable(
-        &mut self,
-        timeo: &mut isize,
-        seen: QueueTail,
-        sleepers: &Sleepers,
-    ) -> Result {
-        // The slot is emptied before this returns, while `self` still
-        // borrows the socket: the invariant of `SleeperSlots`.
-        let slot = sleepers.enter(self.sk());
-        let r = self.wait_data(timeo, seen);
-        if let Some(i) = slot {
-            sleepers.leave(i);
-        }
-        r
     }
 
     /// Reads the receive queue with `tcp_read_sock()`, calling `actor` for

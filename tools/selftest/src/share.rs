@@ -158,7 +158,16 @@ fn receive_sharing(z: &mut Zcrx, l: &std::net::TcpListener, pat: &Pattern, ctl: 
     let mut recs = vec![Rec::default(); 128];
     let (mut off, mut zc, mut sent) = (0u64, 0u64, 0u64);
     loop {
-        let got = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("RECV at {off}: {e}"))?;
+        let got = match z.recv(s.as_raw_fd(), &mut recs, 0) {
+            Ok(g) => g,
+            // The pool is dry and the buffers are on their way to the
+            // refiller, which gives them back: wait for it.
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(format!("RECV at {off}: {e}")),
+        };
         if got.bytes == 0 {
             return Ok((off, zc, sent));
         }
