@@ -331,7 +331,9 @@ impl Attacker {
     /// of what we sent. The victim then frees its queues.
     fn reset(&mut self, class: &'static str, s: &Session, off: u32) {
         let mut acked = 0u32;
-        while let Some(a) = self.expect(s.sport, Duration::from_millis(10)) {
+        // until the victim is quiet for 20 ms (its ACKs come late on a
+        // slow kernel): a RST off rcv_nxt only draws a challenge ACK
+        while let Some(a) = self.expect(s.sport, Duration::from_millis(20)) {
             let d = a.ack.wrapping_sub(s.nxt);
             if a.flags & ACK != 0 && d <= off.wrapping_add(1) {
                 acked = acked.max(d);
@@ -601,6 +603,10 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
                 let _ = s.set_nonblocking(false);
                 if !is_valid {
                     v.garbage_conns += 1;
+                    // Closed with a RST, at once: a server drops a hostile
+                    // peer so, and no orphan keeps out-of-order data (and
+                    // area buffers) while it retransmits a FIN for minutes.
+                    abort_on_close(&s).map_err(|e| format!("SO_LINGER: {e}"))?;
                 }
                 conns.push(Conn { s, valid: is_valid, id: None, pat: None, hdr: Vec::new(), got: 0, last: Instant::now() });
             }
@@ -690,6 +696,22 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
         }
     }
     Ok(v)
+}
+
+/// `SO_LINGER` {on, 0}: `close()` resets the connection and frees it.
+fn abort_on_close(s: &TcpStream) -> std::io::Result<()> {
+    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads a live `linger` of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    zcrx::sys::cvt(r.into()).map(|_| ())
 }
 
 /// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.
