@@ -129,27 +129,35 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
     d
 }
 
+/// Splits `payload` into pieces of `chunk` bytes (rounded down to 8; at
+/// least 8), each behind the header `hdr(offset, length, more)` makes.
+fn fragments(payload: &[u8], chunk: usize, hdr: impl Fn(usize, usize, bool) -> Vec<u8>) -> Vec<Vec<u8>> {
+    let chunk = (chunk / 8).max(1) * 8;
+    payload
+        .chunks(chunk)
+        .enumerate()
+        .map(|(i, p)| {
+            let off = i * chunk;
+            let mut f = hdr(off, p.len(), off + p.len() < payload.len());
+            f.extend_from_slice(p);
+            f
+        })
+        .collect()
+}
+
 /// IPv4 fragments of `datagram` (a 20-byte header, no options) with
 /// `chunk` bytes of payload each (rounded down to 8; at least 8).
 pub fn ipv4_fragments(datagram: &[u8], chunk: usize) -> Vec<Vec<u8>> {
     let (hdr, payload) = datagram.split_at(20);
-    let chunk = (chunk / 8).max(1) * 8;
-    let mut v = Vec::new();
-    let mut off = 0;
-    while off < payload.len() {
-        let end = (off + chunk).min(payload.len());
+    fragments(payload, chunk, |off, len, more| {
         let mut h = hdr.to_vec();
-        h[2..4].copy_from_slice(&((20 + end - off) as u16).to_be_bytes());
-        let mf = if end < payload.len() { 0x2000 } else { 0 };
-        h[6..8].copy_from_slice(&((mf | (off / 8)) as u16).to_be_bytes());
+        h[2..4].copy_from_slice(&((20 + len) as u16).to_be_bytes());
+        h[6..8].copy_from_slice(&((if more { 0x2000 } else { 0 }) | (off / 8) as u16).to_be_bytes());
         h[10..12].copy_from_slice(&[0, 0]);
         let c = fold(sum16(0, &h));
         h[10..12].copy_from_slice(&c.to_be_bytes());
-        h.extend_from_slice(&payload[off..end]);
-        v.push(h);
-        off = end;
-    }
-    v
+        h
+    })
 }
 
 /// IPv6 fragments of `datagram` (a 40-byte header, no extension headers)
@@ -157,24 +165,16 @@ pub fn ipv4_fragments(datagram: &[u8], chunk: usize) -> Vec<Vec<u8>> {
 /// payload each (rounded down to 8; at least 8).
 pub fn ipv6_fragments(datagram: &[u8], chunk: usize, id: u32) -> Vec<Vec<u8>> {
     let (hdr, payload) = datagram.split_at(40);
-    let chunk = (chunk / 8).max(1) * 8;
-    let mut v = Vec::new();
-    let mut off = 0;
-    while off < payload.len() {
-        let end = (off + chunk).min(payload.len());
+    fragments(payload, chunk, |off, len, more| {
         let mut h = hdr.to_vec();
-        h[4..6].copy_from_slice(&((8 + end - off) as u16).to_be_bytes());
+        h[4..6].copy_from_slice(&((8 + len) as u16).to_be_bytes());
         let next = h[6];
         h[6] = 44; // fragment header
-        let m = if end < payload.len() { 1 } else { 0 };
         h.extend_from_slice(&[next, 0]);
-        h.extend_from_slice(&((off as u16) | m).to_be_bytes());
+        h.extend_from_slice(&((off as u16) | u16::from(more)).to_be_bytes());
         h.extend_from_slice(&id.to_be_bytes());
-        h.extend_from_slice(&payload[off..end]);
-        v.push(h);
-        off = end;
-    }
-    v
+        h
+    })
 }
 
 /// A TCP segment seen on the wire.
@@ -298,8 +298,9 @@ pub fn hwaddr(ns: &'static str, dev: &str) -> Result<[u8; 6], String> {
 }
 
 /// SNMP counters of namespace `ns`: `/proc/net/snmp` (`Ip`, `Icmp`, `Tcp`,
-/// ... : a names line and a values line) and `/proc/net/snmp6` (one
-/// `Name value` per line), as a `Table:Name` or `Name6` -> value map. A
+/// ... : a names line and a values line), `/proc/net/netstat` (`TcpExt`,
+/// `MPTcpExt`, ...: the same) and `/proc/net/snmp6` (one `Name value` per
+/// line), as a `Table:Name` or `Name6` -> value map. A
 /// name asked for that is missing is an error, never a zero.
 pub struct Snmp(std::collections::HashMap<String, u64>);
 
@@ -307,14 +308,18 @@ impl Snmp {
     pub fn read(ns: &'static str) -> Result<Snmp, String> {
         join(in_netns(ns, || {
             let mut m = std::collections::HashMap::new();
-            let t = fs::read_to_string("/proc/thread-self/net/snmp").map_err(|e| format!("/proc/net/snmp: {e}"))?;
-            let lines: Vec<&str> = t.lines().collect();
-            for p in lines.chunks(2) {
-                let [names, vals] = p else { continue };
-                let table = names.split(':').next().unwrap_or("");
-                for (n, v) in names.split_whitespace().skip(1).zip(vals.split_whitespace().skip(1)) {
-                    if let Ok(v) = v.parse::<i64>() {
-                        m.insert(format!("{table}:{n}"), v as u64);
+            // a names line and a values line per table
+            for f in ["snmp", "netstat"] {
+                let t = fs::read_to_string(format!("/proc/thread-self/net/{f}"))
+                    .map_err(|e| format!("/proc/net/{f}: {e}"))?;
+                let lines: Vec<&str> = t.lines().collect();
+                for p in lines.chunks(2) {
+                    let [names, vals] = p else { continue };
+                    let table = names.split(':').next().unwrap_or("");
+                    for (n, v) in names.split_whitespace().skip(1).zip(vals.split_whitespace().skip(1)) {
+                        if let Ok(v) = v.parse::<i64>() {
+                            m.insert(format!("{table}:{n}"), v as u64);
+                        }
                     }
                 }
             }
