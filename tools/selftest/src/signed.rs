@@ -24,7 +24,11 @@ use crate::common::{ensure_loaded, wait_idle};
 use crate::net::{self, addr_a, join, Nsim, NS_A};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[("md5_signed_to_zero_copy_queue", md5), ("ao_signed_to_zero_copy_queue", ao)];
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("md5_signed_to_zero_copy_queue", md5),
+    ("ao_signed_to_zero_copy_queue", ao),
+    ("mptcp_dss_checksum_to_zero_copy_queue", mptcp_dss_checksum),
+];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Sig {
@@ -257,4 +261,127 @@ fn md5(env: &Env) -> Outcome {
 
 fn ao(env: &Env) -> Outcome {
     run(env, Sig::Ao, 7211)
+}
+
+/// `IPPROTO_MPTCP`: not in the libc crate.
+const IPPROTO_MPTCP: i32 = 262;
+
+/// An MPTCP socket (IPv4: the test kernels have no MPTCP_IPV6):
+/// `socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)`.
+fn mptcp_socket() -> Result<i32, String> {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, IPPROTO_MPTCP) };
+    if fd < 0 {
+        return Err(format!("socket(IPPROTO_MPTCP): {}", std::io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+fn sockaddr4(a: SocketAddr) -> libc::sockaddr_in {
+    // SAFETY: all-zero is a valid sockaddr_in.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sa.sin_family = libc::AF_INET as u16;
+    sa.sin_port = a.port().to_be();
+    if let SocketAddr::V4(v4) = a {
+        sa.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+    }
+    sa
+}
+
+/// MPTCP with DSS checksums (RFC 8684 3.3.1) towards a provider-bound
+/// queue: the peer asks for checksums (`net.mptcp.checksum_enabled` on the
+/// sender's side is enough), and the receiver must sum each mapping's
+/// payload, which is in the provider's buffers. Before the kernel fix
+/// (`mptcp: do not checksum unreadable frags to validate a mapping`) the
+/// sum hit `WARN_ON_ONCE` in `__skb_checksum()` (a panic with
+/// `panic_on_warn`; the log scan catches it); now the mapping cannot be
+/// validated and the connection falls back to plain TCP (RFC 8684 3.7),
+/// counted in `MPTcpExt:DssFallback`. An MPTCP listener reads with
+/// `recv()`, which cannot copy provider memory: it gets `EFAULT` (MPTCP
+/// sockets cannot receive zero-copy; steer them to other queues).
+fn mptcp_dss_checksum(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let port = 7501u16;
+    tryo!(join(net::in_netns(net::NS_B, || {
+        std::fs::write("/proc/sys/net/mptcp/checksum_enabled", "1").map_err(|e| format!("checksum_enabled: {e}"))
+    })));
+    let before = tryo!(n.stats(1, 0));
+    let snmp0 = tryo!(crate::pkt::Snmp::read(NS_A));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let rx = net::with_receiver(n.a_idx, 0, 4 << 20, 7500, true, move |_z, _l| {
+        let fd = mptcp_socket()?;
+        // SAFETY: we own the new fd.
+        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        let sa = sockaddr4(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)));
+        // SAFETY: a valid sockaddr_in of the size passed.
+        let r = unsafe {
+            libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
+        };
+        // SAFETY: listen(2) on our socket.
+        if r != 0 || unsafe { libc::listen(fd, 4) } != 0 {
+            return Err(format!("MPTCP bind/listen: {}", std::io::Error::last_os_error()));
+        }
+        let _ = ready_tx.send(());
+        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let (mut got, mut buf) = (0u64, vec![0u8; 64 << 10]);
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return Ok((got, None)),
+                Ok(k) => got += k as u64,
+                Err(e) => return Ok((got, e.raw_os_error())),
+            }
+        }
+    });
+    let ready = ready_rx.recv_timeout(Duration::from_secs(60));
+    let to = addr_a(false, port);
+    let tx = net::in_netns(net::NS_B, move || {
+        let fd = mptcp_socket()?;
+        // SAFETY: we own the new fd.
+        let mut s = unsafe { TcpStream::from_raw_fd(fd) };
+        let sa = sockaddr4(to);
+        // SAFETY: a valid sockaddr_in of the size passed.
+        let r = unsafe {
+            libc::connect(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
+        };
+        if r != 0 {
+            return Err(format!("MPTCP connect: {}", std::io::Error::last_os_error()));
+        }
+        s.set_write_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+        let data = vec![0x5au8; 256 << 10];
+        // The receiver may fail the connection: count what went out.
+        let sent = match s.write_all(&data) {
+            Ok(()) => data.len() as u64,
+            Err(_) => 0,
+        };
+        Ok(sent)
+    });
+    let sent = join(tx);
+    if ready.is_err() {
+        return Fail(format!("the MPTCP listener did not come up: {:?}", join(rx).err()));
+    }
+    let (got, err) = tryo!(join(rx));
+    let sent = tryo!(sent);
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    let snmp = tryo!(crate::pkt::Snmp::read(NS_A));
+    let fallback = tryo!(snmp.since(&snmp0, "MPTcpExt:DssFallback"));
+    let csum_err = tryo!(snmp.since(&snmp0, "MPTcpExt:DataCsumErr"));
+    env.diag(&format!(
+        "MPTCP with DSS checksums, {sent} B sent: netdevsim split {} packets into the area ({} B); \
+         DssFallback +{fallback}, DataCsumErr +{csum_err}; the listener read {got} B, then {}",
+        d.dma_packets,
+        d.dma_bytes,
+        err.map(zcrx::sys::errno_name).unwrap_or("EOF")
+    ));
+    if d.dma_packets == 0 {
+        return Fail("no payload landed in the area: the checksum path was not reached".into());
+    }
+    if fallback == 0 {
+        return Fail("the connection did not fall back: was the mapping validated at all?".into());
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
 }
