@@ -7,7 +7,8 @@ ZCRX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Pinned versions. The kernel falls back to the other 7.2.x builds the
 # mirror may still carry; the patch series must apply to all of them.
-KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.2.12-1~bpo13+1 7.2.13-1 7.2.11-1~bpo13+1 7.2.9-1~bpo13+1"}
+# (7.2.9 is not: it lacks the stable change around patch 14's hunk.)
+KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.2.12-1~bpo13+1 7.2.13-1 7.2.11-1~bpo13+1"}
 RUST_SRC_DEB_PREFIX="+dfsg1-"          # rust-src=<rustc version>+dfsg1-<debian rev>
 BINDGEN_VERSION=0.72.1
 VIRTME_NG_VERSION=1.42
