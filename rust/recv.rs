@@ -560,7 +560,9 @@ pub(crate) fn recv<S: RecordSink>(
             // program can look: SIOCATMARK, MSG_OOB). A signal ends the
             // wait with the data.
             // Nor while the pools are dry and the user holds buffers: more
-            // may only come once the user gives some back.
+            // may only come once the user gives some back. (Read the dry
+            // spells first: the wait below ends when a new one begins.)
+            let spells = zcrx.dry_spells();
             if w.batch.delivered_bytes() >= target
                 || w.stop.is_some()
                 || timeo == 0
@@ -572,7 +574,9 @@ pub(crate) fn recv<S: RecordSink>(
             }
             let seen = lock.queue_tail();
             if lock
-                .wait_data_or(&mut timeo, seen, zcrx.sleepers(), || zcrx.starved())
+                .wait_data_or(&mut timeo, seen, zcrx.sleepers(), || {
+                    zcrx.dry_spells() != spells
+                })
                 .is_err()
             {
                 break;
@@ -606,6 +610,7 @@ pub(crate) fn recv<S: RecordSink>(
         // the data may be waiting for those (dropped by the NIC, or behind
         // a hole in the out-of-order queue). Say so instead of sleeping or
         // EAGAIN, and wake such a sleeper when the pools run dry.
+        let spells = zcrx.dry_spells();
         if zcrx.starved_and_held() {
             return Err(ENOBUFS);
         }
@@ -615,7 +620,9 @@ pub(crate) fn recv<S: RecordSink>(
         // Nothing read. Should anything be queued that this call could not
         // consume, sleep until more arrives instead of spinning.
         let seen = lock.queue_tail();
-        lock.wait_data_or(&mut timeo, seen, zcrx.sleepers(), || zcrx.starved())?;
+        lock.wait_data_or(&mut timeo, seen, zcrx.sleepers(), || {
+            zcrx.dry_spells() != spells
+        })?;
     }
     drop(lock);
     debug_assert!(w.batch.pending_bytes() == 0);

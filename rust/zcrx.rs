@@ -23,7 +23,7 @@
 //! of `uninstall`; nor is `queues`. `ring_pos` (BH spinlock) nests inside
 //! nothing and takes the area's free list lock.
 
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 use kernel::{
     new_mutex, new_spinlock_bh,
@@ -84,6 +84,8 @@ pub(crate) struct Zcrx {
     /// The page pools found no buffer the last time they asked (a queue's
     /// NIC drops what arrives), cleared when one is found again.
     starved: AtomicBool,
+    /// Dry spells so far: a sleeping RECV wakes when this moves.
+    dry_spells: AtomicU32,
     /// RECV calls sleeping for data, woken when the pools run dry: the
     /// user may hold the buffers that would let data in.
     #[pin]
@@ -120,6 +122,7 @@ impl Zcrx {
                 stats: Stats::new(),
                 events <- EventSlot::new(),
                 starved: AtomicBool::new(false),
+                dry_spells: AtomicU32::new(0),
                 sleepers <- Sleepers::new(),
             }),
             GFP_KERNEL_ACCOUNT,
@@ -307,9 +310,12 @@ impl Zcrx {
         &self.sleepers
     }
 
-    /// The pools found no buffer the last time they asked.
-    pub(crate) fn starved(&self) -> bool {
-        self.starved.load(Relaxed)
+    /// How many dry spells began so far: a RECV that looked at
+    /// [`Zcrx::starved_and_held`] sleeps until this moves (or data comes),
+    /// not while `starved` stays set, which would spin a caller that holds
+    /// no buffer.
+    pub(crate) fn dry_spells(&self) -> u32 {
+        self.dry_spells.load(Relaxed)
     }
 
     /// The pools ran dry and the user holds buffers that are not on the
@@ -320,7 +326,7 @@ impl Zcrx {
     /// any more. Then it counts the user's references (a walk: only while
     /// starved).
     pub(crate) fn starved_and_held(&self) -> bool {
-        if !self.starved() {
+        if !self.starved.load(Relaxed) {
             return false;
         }
         if self.drain_refill() > 0 {
@@ -525,6 +531,7 @@ impl MemoryProvider for Queue {
             // Once per dry spell: a RECV sleeping for data that cannot come
             // must hear it (it returns ENOBUFS, so the user gives back).
             if !zcrx.starved.swap(true, Relaxed) {
+                zcrx.dry_spells.fetch_add(1, Relaxed);
                 zcrx.sleepers.wake_all();
             }
             return;

@@ -28,6 +28,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_drops_then_recovers", dry_pool_drops_then_recovers),
     ("dry_pool_fallback_knob_copies", dry_pool_fallback_knob_copies),
     ("dry_pool_holding_receiver_recovers", dry_pool_holding_receiver_recovers),
+    ("dry_pool_idle_recv_sleeps", dry_pool_idle_recv_sleeps),
     ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
     ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
 ];
@@ -239,6 +240,82 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     // The test proves something only if the pool did run dry under it.
     if d.drop_no_buf == 0 {
         return Fail("the pool never ran dry: nothing was tested".into());
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// The other side of the rule above: a RECV whose user holds no buffer
+/// must sleep while the pool is dry. Connection A fills a 32-buffer area
+/// and is not read (its queue holds the buffers, the user none) until
+/// netdevsim drops for want of buffers; then a blocking RECV on idle
+/// connection B (SO_RCVTIMEO 2 s) must sleep its 2 s: EAGAIN, little CPU.
+/// (A first version of the dry-pool wake-up let such a call spin: its wait
+/// ended whenever the pool was dry.) Then both connections are read to
+/// the end, byte-exact.
+fn dry_pool_idle_recv_sleeps(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
+    let port = 7323u16;
+    // through 32 buffers and drops: keep it short
+    let bytes = 1u64 << 20;
+    let pat = Arc::new(Pattern::new(u64::from(port)));
+    let p2 = pat.clone();
+    let (b_go_tx, b_go_rx) = mpsc::channel::<()>();
+    let rx = with_receiver(n.a_idx, 0, 32 * zcrx::dev::page_size(), port, true, move |z, l| {
+        // B connects first (the senders see to it), then A.
+        let (b, _) = l.accept().map_err(|e| format!("accept B: {e}"))?;
+        let (a, _) = l.accept().map_err(|e| format!("accept A: {e}"))?;
+        wait_stats(Duration::from_secs(120), "the pool ran dry", |st| st.drop_no_buf > before.drop_no_buf)?;
+        b.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        let mut recs = vec![Rec::default(); 64];
+        let (cpu0, t0) = (zcrx::sys::thread_cpu_time(), Instant::now());
+        let r = z.recv(b.as_raw_fd(), &mut recs, 0);
+        let (cpu, took) = (zcrx::sys::thread_cpu_time() - cpu0, t0.elapsed());
+        let idle = format!("{:?} after {:.2} s, {:.3} s of CPU", r.as_ref().err().map(|e| e.to_string()), took.as_secs_f64(), cpu.as_secs_f64());
+        if r.as_ref().err().and_then(|e| e.raw_os_error()) != Some(libc::EAGAIN) || took < Duration::from_millis(1900) {
+            return Err(format!("RECV on the idle connection: {idle}, expected EAGAIN after 2 s"));
+        }
+        // Sleeping costs nothing; a spin burns the 2 s.
+        if cpu > Duration::from_millis(500) {
+            return Err(format!("RECV on the idle connection spun: {idle}"));
+        }
+        let _ = b_go_tx.send(());
+        let got_a = net::receive(z, &a, &p2, None)?;
+        let got_b = net::receive(z, &b, &p2, None)?;
+        Ok((idle, got_a, got_b))
+    });
+    let to = addr_a(true, port);
+    let (b_up_tx, b_up_rx) = mpsc::channel::<()>();
+    let p3 = pat.clone();
+    let sb = net::in_netns(NS_B, move || {
+        // B: connected before A, sends once the receiver looked at it
+        let mut s = net::connect(to, Duration::from_secs(60))?;
+        let _ = b_up_tx.send(());
+        b_go_rx.recv_timeout(Duration::from_secs(180)).map_err(|_| "receiver never got to B".to_string())?;
+        let pat = p3;
+        std::io::Write::write_all(&mut s, pat.slice(0, 1000)).map_err(|e| format!("send B: {e}"))?;
+        Ok(1000u64)
+    });
+    let sa = match b_up_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => sender(to, bytes, pat.clone(), 0),
+        Err(_) => return Fail(format!("connection B never came up: {:?}", join(sb).err())),
+    };
+    let r = join(rx);
+    let (sent_a, sent_b) = (join(sa), join(sb));
+    let (idle, a, b) = tryo!(r.map_err(|e| format!("receiver: {e}; senders: {:?} {:?}", sent_a.as_ref().err(), sent_b.as_ref().err())));
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    env.diag(&format!(
+        "pool dry (netdevsim dropped {}), the user holding nothing: RECV on an idle connection {idle}; then A {} and B {} B byte-exact",
+        d.drop_no_buf,
+        mib(a.bytes),
+        b.bytes
+    ));
+    if tryo!(sent_a) != bytes || a.bytes != bytes || tryo!(sent_b) != b.bytes {
+        return Fail(format!("A: {} of {bytes}, B: {} B", a.bytes, b.bytes));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
