@@ -606,7 +606,7 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
                     // Closed with a RST, at once: a server drops a hostile
                     // peer so, and no orphan keeps out-of-order data (and
                     // area buffers) while it retransmits a FIN for minutes.
-                    abort_on_close(&s).map_err(|e| format!("SO_LINGER: {e}"))?;
+                    zcrx::sys::set_linger_abort(&s).map_err(|e| format!("SO_LINGER: {e}"))?;
                 }
                 conns.push(Conn { s, valid: is_valid, id: None, pat: None, hdr: Vec::new(), got: 0, last: Instant::now() });
             }
@@ -696,22 +696,6 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
         }
     }
     Ok(v)
-}
-
-/// `SO_LINGER` {on, 0}: `close()` resets the connection and frees it.
-fn abort_on_close(s: &TcpStream) -> std::io::Result<()> {
-    let l = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: setsockopt reads a live `linger` of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    zcrx::sys::cvt(r.into()).map(|_| ())
 }
 
 /// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.

@@ -208,6 +208,23 @@ pub fn incoming_napi_id(fd: &impl AsRawFd) -> io::Result<u32> {
     cvt(r.into()).map(|_| v)
 }
 
+/// Sets `SO_LINGER` {on, 0} on socket `fd`: `close()` resets the
+/// connection and frees it at once.
+pub fn set_linger_abort(fd: &impl AsRawFd) -> io::Result<()> {
+    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads a live `linger` of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    cvt(r.into()).map(|_| ())
+}
+
 /// Sets `SO_OOBINLINE` on socket `fd`: urgent bytes stay in the stream.
 pub fn set_oobinline(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
     let v: libc::c_int = on.into();
