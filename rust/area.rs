@@ -178,6 +178,14 @@ impl Area {
         (self.nbufs() / 8).clamp(1, 256)
     }
 
+    /// How many buffers a pool keeps from out-of-order data once little is
+    /// left behind its cache (and the size of that "little"): enough for
+    /// the segments that fill a hole, few enough not to stop loss recovery
+    /// in a big area.
+    pub(crate) fn ofo_reserve(&self) -> usize {
+        (self.nbufs() / 8).clamp(2, 16)
+    }
+
     /// Whether data can be copied into the area (not a dma-buf).
     pub(crate) fn can_copy(&self) -> bool {
         self.niovs.can_copy()

@@ -525,6 +525,18 @@ impl MemoryProvider for Queue {
                 .niovs()
                 .alloc_free_into(batch, zcrx.area.copy_reserve());
         }
+        // Little behind the pool's cache (the ring gave what it had, the
+        // free list is down to its last few beyond the copy reserve): TCP
+        // keeps the cache's last buffers from out-of-order data (patch
+        // 34). Else that data can take all that is left, and the segment
+        // that fills its hole never finds a buffer.
+        let mark = zcrx.area.ofo_reserve();
+        let behind = zcrx
+            .area
+            .free_count()
+            .saturating_sub(zcrx.area.copy_reserve());
+        let low = batch.len() == 0 || (batch.room() > 0 && behind < mark);
+        batch.pool().set_reserve(if low { mark as u32 } else { 0 });
         if batch.len() == 0 {
             zcrx.stats.alloc_fail.add(1);
             zcrx.fire(ZCRX_RS_EVENT_ALLOC_FAIL);

@@ -104,6 +104,15 @@ impl PagePool {
         unsafe { core::ptr::addr_of!((*self.0.get()).p.max_len).read() }
     }
 
+    /// Keeps the last `n` buffers of the pool's cache from out-of-order
+    /// TCP data (`net_mp_set_reserve`; 0: no reserve), so that the segment
+    /// filling a hole finds a buffer.
+    pub(crate) fn set_reserve(&self, n: u32) {
+        // SAFETY: the pool is live (type invariant); the function only
+        // writes the pool's `mp_reserve`, with WRITE_ONCE.
+        unsafe { bindings::net_mp_set_reserve(self.as_raw(), n) }
+    }
+
     /// Gives `nm` back to this pool (`page_pool_put_unrefed_netmem`).
     ///
     /// # Safety
