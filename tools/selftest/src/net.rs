@@ -398,6 +398,11 @@ pub fn receive_flags(
     let mut recs = vec![Rec::default(); 128];
     let mut rx = Rx::default();
     let t0 = Instant::now();
+    // A blocking socket gets a bound: a stall is reported (below) instead
+    // of hanging the VM until its outer timeout.
+    if sock.read_timeout().map_err(|e| format!("SO_RCVTIMEO: {e}"))?.is_none() {
+        sock.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+    }
     loop {
         if stop_after.is_some_and(|s| rx.bytes >= s) {
             return Ok(rx);
@@ -494,7 +499,20 @@ pub fn tcp_info_line(fd: &impl AsRawFd) -> String {
         ti.tcpi_rcv_space,
         ti.tcpi_last_data_recv,
         ti.tcpi_last_ack_recv
-    )
+    ) + &meminfo(fd)
+}
+
+/// The socket's memory (`SO_MEMINFO`): what its queues hold, the
+/// out-of-order queue included, and what it dropped.
+fn meminfo(fd: &impl AsRawFd) -> String {
+    let mut m = [0u32; 9];
+    let mut len = std::mem::size_of_val(&m) as libc::socklen_t;
+    // SAFETY: `m` is writable for `len` bytes.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MEMINFO, m.as_mut_ptr().cast(), &mut len) };
+    if r != 0 {
+        return format!("; SO_MEMINFO: {}", io::Error::last_os_error());
+    }
+    format!("; rmem_alloc {} rcvbuf {} backlog {} drops {}", m[0], m[1], m[7], m[8])
 }
 
 /// What a stalled receiver knows: its context's buffers and the socket.

@@ -28,9 +28,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_drops_then_recovers", dry_pool_drops_then_recovers),
     ("dry_pool_fallback_knob_copies", dry_pool_fallback_knob_copies),
     ("dry_pool_holding_receiver_recovers", dry_pool_holding_receiver_recovers),
-    // dry_pool_idle_recv_sleeps: passes alone on both kernels and in the
-    // debug suite, but hung the fast VM when it ran right after the other
-    // dry_pool tests (reproduced twice); out of the list until understood.
+    ("dry_pool_idle_recv_sleeps", dry_pool_idle_recv_sleeps),
     ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
     ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
 ];
@@ -256,7 +254,6 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
 /// (A first version of the dry-pool wake-up let such a call spin: its wait
 /// ended whenever the pool was dry.) Then both connections are read to
 /// the end, byte-exact.
-#[allow(dead_code)] // see TESTS
 fn dry_pool_idle_recv_sleeps(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));

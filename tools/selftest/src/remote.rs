@@ -29,9 +29,10 @@
 //! functions that read payload (all calls, readable or not).
 //!
 //! Not yet: MD5/AO-signed segments, MPTCP, kTLS, ESP, tunnels (netdevsim
-//! splits only plain TCP), GRO mixing (needs a netdevsim knob), parking
-//! out-of-order data for good (that starves the pool: see the dry-pool
-//! issue; every session here ends with a RST that frees its queues).
+//! splits only plain TCP), GRO mixing (needs a netdevsim knob). Parking
+//! out-of-order data for good is a test of its own,
+//! `ofo_parker_cannot_stall_others`; every session here ends with a RST
+//! that frees its queues.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -52,7 +53,8 @@ use crate::net::{connect, in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[("fuzz_remote", fuzz_remote)];
+pub const TESTS: &[(&str, TestFn)] =
+    &[("fuzz_remote", fuzz_remote), ("ofo_parker_cannot_stall_others", ofo_parker_cannot_stall_others)];
 
 const VALID_PORT: u16 = 7400;
 const GARBAGE_PORT: u16 = 7401;
@@ -698,6 +700,135 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
     Ok(v)
 }
 
+/// Makes nsa reach the phantom addresses through nsb's device (static
+/// neighbour entries); returns nsa's MAC, for the attacker's frames.
+fn phantom_up(n: &Nsim) -> Result<[u8; 6], String> {
+    let mac_a = pkt::hwaddr(NS_A, &n.a)?;
+    let mac_b = pkt::hwaddr(NS_B, &n.b)?;
+    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    run(
+        "ip",
+        &["-n", NS_A, "-b", "-"],
+        &format!(
+            "neigh replace {PHANTOM4} lladdr {mac_b} dev {0} nud permanent\n\
+             neigh replace {PHANTOM6} lladdr {mac_b} dev {0} nud permanent\n",
+            n.a
+        ),
+    )?;
+    Ok(mac_a)
+}
+
+/// A peer that parks out-of-order data cannot stall another connection
+/// of the queue. An area of 32 buffers (28 for the pool); the attacker
+/// opens two connections and sends each 40 segments beyond a one-byte
+/// hole, never filling it (out-of-order data waits for the hole, in
+/// provider buffers, up to each socket's receive buffer: together more
+/// than the pool has). Then a well-behaved sender sends 1 MiB on a third
+/// connection, which must arrive byte-exact, all of it zero-copy, while
+/// the attacker's connections stay open. Before TCP kept the pool's last
+/// buffers from out-of-order data (patch 34), the parked segments took
+/// all 28 and every segment of the third connection was dropped for want
+/// of a buffer: its sender gave up.
+fn ofo_parker_cannot_stall_others(env: &Env) -> Outcome {
+    const PORT: u16 = 7402;
+    const SEGS: u32 = 40;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let mac_a = tryo!(phantom_up(&n));
+    let before = tryo!(n.stats(1, 0));
+    let snmp0 = tryo!(pkt::Snmp::read(NS_A));
+    let bytes = 1u64 << 20;
+    let pat = Arc::new(Pattern::new(u64::from(PORT)));
+    let p2 = pat.clone();
+    let victim = with_receiver(n.a_idx, 0, 32 * zcrx::dev::page_size(), PORT, true, move |z, l| {
+        // The attacker's connections come first; they stay open (and
+        // unread) until the end.
+        let mut parkers = Vec::new();
+        let s = loop {
+            let (s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            let ip = peer.ip().to_canonical();
+            if ip == PHANTOM4.parse::<IpAddr>().unwrap() || ip == PHANTOM6.parse::<IpAddr>().unwrap() {
+                parkers.push(s);
+            } else {
+                break s;
+            }
+        };
+        let rx = crate::net::receive(z, &s, &p2, None)?;
+        Ok((rx, parkers.len()))
+    });
+    let b_idx = n.b_idx;
+    let seed = 0x0f0_u64 ^ u64::from(PORT);
+    let attacker = in_netns(NS_B, move || {
+        let mut a = Attacker::new(b_idx, mac_a, seed)?;
+        let mut sessions = Vec::new();
+        for _ in 0..2 {
+            let s = a.handshake("park", PORT, false).ok_or("the victim did not answer the attacker's SYN")?;
+            for i in 0..SEGS {
+                let payload = a.payload(1400);
+                let t = s.seg(1 + i * 1400, ACK | PSH, payload);
+                a.send_seg("park", &s, &t);
+            }
+            sessions.push(s);
+        }
+        Ok((a, sessions))
+    });
+    let (a, sessions) = tryo!(join(attacker));
+    // every segment was split into the area or dropped for want of a
+    // buffer: netdevsim saw them all
+    let t0 = Instant::now();
+    loop {
+        let d = tryo!(n.stats(1, 0)).since(&before);
+        if d.dma_packets + d.drop_no_buf >= u64::from(2 * SEGS) {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Fail(format!("netdevsim saw {} of the attacker's {} segments", d.dma_packets + d.drop_no_buf, 2 * SEGS));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let parked = tryo!(pkt::Snmp::read(NS_A).and_then(|s| s.since(&snmp0, "TcpExt:TCPOFOQueue")));
+    let t0 = Instant::now();
+    let sent = join(crate::net::sender_timeout(crate::net::addr_a(true, PORT), bytes, pat, 0, Duration::from_secs(30)));
+    let r = join(victim);
+    let took = t0.elapsed();
+    let snmp = tryo!(pkt::Snmp::read(NS_A));
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    let (rx, parkers) = tryo!(r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
+    let sent = tryo!(sent);
+    env.diag(&format!(
+        "{parkers} connections parked {} segments out of order (TCPOFOQueue +{parked}, TCPOFODrop +{}); then \
+         {} byte-exact on a third connection in {:.1} s, zero-copy {} copied {}; netdevsim split {} packets, \
+         dropped {} for want of a buffer",
+        2 * SEGS,
+        tryo!(snmp.since(&snmp0, "TcpExt:TCPOFODrop")),
+        mib(rx.bytes),
+        took.as_secs_f64(),
+        mib(rx.zc_bytes),
+        mib(rx.copy_bytes),
+        d.dma_packets,
+        d.drop_no_buf
+    ));
+    // the attacker's sessions end (their queues go) before the checks
+    let mut a = a;
+    for s in &sessions {
+        a.reset("park", s, SEGS * 1400 + 1);
+    }
+    if sent != bytes || rx.bytes != bytes {
+        return Fail(format!("sent {sent}, received {} of {bytes}", rx.bytes));
+    }
+    if rx.zc_bytes != bytes {
+        return Fail(format!("{} of {bytes} bytes zero-copy", rx.zc_bytes));
+    }
+    // The test proves something only if the attacker did park data.
+    if parkers != 2 || parked < 20 {
+        return Fail(format!("{parkers} attacker connections, {parked} segments parked out of order"));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(30)));
+    Pass
+}
+
 /// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.
 fn valid_len(id: u64) -> u64 {
     let mut r = Rng(id ^ 0x5eed);
@@ -714,18 +845,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let router = tryo!(Router::up());
-    let mac_a = tryo!(pkt::hwaddr(NS_A, &n.a));
-    let mac_b = tryo!(pkt::hwaddr(NS_B, &n.b));
-    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-    tryo!(run(
-        "ip",
-        &["-n", NS_A, "-b", "-"],
-        &format!(
-            "neigh replace {PHANTOM4} lladdr {mac_b} dev {0} nud permanent\n\
-             neigh replace {PHANTOM6} lladdr {mac_b} dev {0} nud permanent\n",
-            n.a
-        ),
-    ));
+    let mac_a = tryo!(phantom_up(&n));
     let (probes, unprobed) = Probes::new();
     let hits0 = probes.hits();
     let before = tryo!(n.stats(1, 0));
