@@ -106,6 +106,16 @@ module_clippy() {
 	return $rc
 }
 
+# The userspace crates (tools/: the selftest, libzcrx, the programs):
+# rustfmt with tools/rustfmt.toml, clippy with warnings as errors.
+tools_rustfmt() {
+	cd "$ZCRX_TOP/tools" && cargo fmt --check
+}
+
+tools_clippy() {
+	cd "$ZCRX_TOP/tools" && cargo clippy --release --all-targets --locked -- -D warnings
+}
+
 # 1. host
 host_checks() {
 	stage_begin host-tests
@@ -123,8 +133,10 @@ host_checks() {
 	host_check module-rustfmt-kernel-style module_rustfmt
 	host_check module-clippy-clean module_clippy
 	host_check module-unsafe-only-in-net-mm module_layering
+	host_check tools-rustfmt tools_rustfmt
+	host_check tools-clippy-clean tools_clippy
 	lines="$lines
-host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy and layering checks"
+host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy (module and tools/) and layering checks"
 	stage_end
 }
 

@@ -18,10 +18,8 @@ use crate::common::{ensure_loaded, expect_errno, info, mib, wait_idle};
 use crate::net::{self, addr_a, in_netns, join, sender, Nsim, NS_A};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[
-    ("large_buffers_32k_zero_copy", large_buffers_32k_zero_copy),
-    ("large_buffers_rules_and_copies", large_buffers_rules_and_copies),
-];
+pub const TESTS: &[(&str, TestFn)] =
+    &[("large_buffers_32k_zero_copy", large_buffers_32k_zero_copy), ("large_buffers_rules_and_copies", large_buffers_rules_and_copies)];
 
 const BUF: usize = 32 << 10;
 

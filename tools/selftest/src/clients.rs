@@ -19,10 +19,8 @@ use crate::common::{ensure_loaded, mib, wait_idle};
 use crate::net::{addr_a, join, sender, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[
-    ("c_epoll_server_many_connections", c_epoll_server_many_connections),
-    ("curl_uploads_to_tokio_server", curl_uploads_to_tokio_server),
-];
+pub const TESTS: &[(&str, TestFn)] =
+    &[("c_epoll_server_many_connections", c_epoll_server_many_connections), ("curl_uploads_to_tokio_server", curl_uploads_to_tokio_server)];
 
 /// FNV-1a 64 of the first `len` bytes of `pat`'s stream (what the C
 /// example prints for a connection).
@@ -141,11 +139,7 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
 /// bound, not a deadline) for its first line, which must start with
 /// `ready`.
 fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Receiver<String>), String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn {cmd:?}: {e}"))?;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = channel();
     std::thread::spawn(move || {
@@ -283,10 +277,8 @@ fn curl_uploads(env: &Env, server: &std::path::Path, src: &std::path::Path, dst:
             return Err(format!("{name}: the stored file ({} bytes) differs from what curl sent ({size})", stored.len()));
         }
         // "NAME: B bytes, Z zero-copy, C copied, sha256 H"
-        let line = lines
-            .iter()
-            .find(|l| l.starts_with(&format!("{name}: ")))
-            .ok_or_else(|| format!("no server line for {name}: {lines:?}"))?;
+        let line =
+            lines.iter().find(|l| l.starts_with(&format!("{name}: "))).ok_or_else(|| format!("no server line for {name}: {lines:?}"))?;
         let w: Vec<&str> = line.split([' ', ',']).filter(|s| !s.is_empty()).collect();
         let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
         let (Some(b), Some(z), Some(c)) = (num(1), num(3), num(5)) else {

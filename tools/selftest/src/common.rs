@@ -121,9 +121,7 @@ pub fn rmmod_eventually(t: Duration) -> Result<(), String> {
     loop {
         match kmod::unload(MODULE) {
             Ok(()) => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) && t0.elapsed() < t => {
-                sleep(Duration::from_millis(100))
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) && t0.elapsed() < t => sleep(Duration::from_millis(100)),
             Err(e) => return Err(format!("rmmod after {:?}: {e} (refcnt {})", t0.elapsed(), refcnt())),
         }
     }

@@ -54,10 +54,7 @@ pub fn child_copy_only(port: u16, seed: u64) -> ! {
     let (s, _) = l.accept().unwrap_or_else(|e| fail(&format!("accept: {e}")));
     let rx = receive(&mut z, &s, &Pattern::new(seed), None).unwrap_or_else(|e| fail(&e));
     let st = z.stats().unwrap_or_else(|e| fail(&format!("stats: {e}")));
-    println!(
-        "ok {} {} {} {} {} {}",
-        rx.bytes, rx.zc_bytes, rx.copy_bytes, rx.records, st.copy_bytes, st.zc_bytes
-    );
+    println!("ok {} {} {} {} {} {}", rx.bytes, rx.zc_bytes, rx.copy_bytes, rx.records, st.copy_bytes, st.zc_bytes);
     exit(0);
 }
 
@@ -201,12 +198,7 @@ fn unregister_waits_for_running_recv(env: &Env) -> Outcome {
         // SAFETY: gettid has no preconditions.
         let _ = tid_tx.send(unsafe { libc::gettid() });
         let mut recs = vec![zcrx::Rec::default(); 8];
-        let mut r = zcrx_rs_recv {
-            sockfd,
-            recs: recs.as_mut_ptr() as u64,
-            nr_recs: recs.len() as u32,
-            ..Default::default()
-        };
+        let mut r = zcrx_rs_recv { sockfd, recs: recs.as_mut_ptr() as u64, nr_recs: recs.len() as u32, ..Default::default() };
         // Blocks until the byte below arrives.
         let ret = zcrx::sys::ioctl(&fd, IOC_RECV as _, &mut r as *mut _ as usize);
         recs.truncate(r.nr_recs as usize);

@@ -107,7 +107,10 @@ fn area_refuses_odd_memory(env: &Env) -> Outcome {
     if st.area_buffers != 0 {
         return Fail(format!("an area of {} buffers exists after only refusals", st.area_buffers));
     }
-    env.diag(&format!("{} refusals, each with its documented errno; anonymous, shared memfd and private /dev/zero memory accepted", cases.len() + 1));
+    env.diag(&format!(
+        "{} refusals, each with its documented errno; anonymous, shared memfd and private /dev/zero memory accepted",
+        cases.len() + 1
+    ));
     drop(cases);
     drop(z);
     // SAFETY: our fd.
@@ -129,7 +132,11 @@ fn ring_mmap_rules(env: &Env) -> Outcome {
         z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
         let fd = z.raw_fd();
         let rw = libc::PROT_READ | libc::PROT_WRITE;
-        expect_errno("MAP_PRIVATE of the ring", Map::new(ps, rw, libc::MAP_PRIVATE, fd).map_err(|_| std::io::Error::last_os_error()), libc::EINVAL)?;
+        expect_errno(
+            "MAP_PRIVATE of the ring",
+            Map::new(ps, rw, libc::MAP_PRIVATE, fd).map_err(|_| std::io::Error::last_os_error()),
+            libc::EINVAL,
+        )?;
         // SAFETY: an mmap at a non-zero offset that must fail.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), ps, rw, libc::MAP_SHARED, fd, ps as i64) };
         if p != libc::MAP_FAILED {
@@ -164,11 +171,7 @@ fn errno_rules(env: &Env) -> Outcome {
         expect_errno("UNBIND, never bound", z.unbind(), libc::EINVAL)?;
         z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
         let mut r = zcrx_rs_recv { sockfd: 0, nr_recs: 4, recs: 0, ..Default::default() };
-        expect_errno(
-            "RECV with recs = NULL",
-            zcrx::sys::ioctl(&z.raw_fd(), IOC_RECV as _, &mut r as *mut _ as usize),
-            libc::EFAULT,
-        )?;
+        expect_errno("RECV with recs = NULL", zcrx::sys::ioctl(&z.raw_fd(), IOC_RECV as _, &mut r as *mut _ as usize), libc::EFAULT)?;
         z.unbind().map_err(|e| format!("UNBIND: {e}"))?;
         expect_errno("second UNBIND", z.unbind(), libc::EINVAL)?;
         expect_errno("third UNBIND", z.unbind(), libc::EINVAL)?;
@@ -216,13 +219,7 @@ fn faulted_recvs_then_stream(env: &Env, port: u16, mtu: Option<u32>, flags: u32)
         let ro = Map::new(page_size(), libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?;
         let mut faults = 0;
         for _ in 0..3 {
-            let mut r = zcrx_rs_recv {
-                sockfd: s.as_raw_fd(),
-                flags,
-                nr_recs: 64,
-                recs: ro.addr(),
-                ..Default::default()
-            };
+            let mut r = zcrx_rs_recv { sockfd: s.as_raw_fd(), flags, nr_recs: 64, recs: ro.addr(), ..Default::default() };
             expect_errno(
                 "RECV into a read-only record array",
                 zcrx::sys::ioctl(&z.raw_fd(), IOC_RECV as _, &mut r as *mut _ as usize),
@@ -332,18 +329,9 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
             let held = recs[..first.records].to_vec();
             let rx = receive_from(&mut z, &s, &p2[phase], got, None)?;
             if got + rx.bytes != part || rx.zc_bytes == 0 {
-                return Err(format!(
-                    "phase {phase}: {} of {part} bytes, {} zero-copy",
-                    got + rx.bytes,
-                    rx.zc_bytes
-                ));
+                return Err(format!("phase {phase}: {} of {part} bytes, {} zero-copy", got + rx.bytes, rx.zc_bytes));
             }
-            lines.push(format!(
-                "area {}: {} byte-exact, {} zero-copy",
-                mib(area as u64),
-                mib(part),
-                mib(rx.zc_bytes + first.bytes)
-            ));
+            lines.push(format!("area {}: {} byte-exact, {} zero-copy", mib(area as u64), mib(part), mib(rx.zc_bytes + first.bytes)));
             drop(s);
             if phase == 1 {
                 z.refill(&held).map_err(|e| e.to_string())?;
@@ -587,9 +575,7 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let (a_idx, b_idx) = (n.a_idx, n.b_idx);
-    tryo!(join(in_netns(NS_B, move || {
-        zcrx::ethtool::set_header_split(b_idx, true).map_err(|e| format!("header split on B: {e}"))
-    })));
+    tryo!(join(in_netns(NS_B, move || { zcrx::ethtool::set_header_split(b_idx, true).map_err(|e| format!("header split on B: {e}")) })));
     let bytes = 1u64 << 20;
     let pat = Arc::new(Pattern::new(31337));
     let p2 = pat.clone();
@@ -686,18 +672,9 @@ fn ktls(fd: i32, dir: i32, version: u16) -> Result<(), String> {
             return Err(format!("setsockopt(TCP_ULP, \"tls\"): {e}"));
         }
     }
-    let ci = TlsAesGcm128 {
-        version,
-        cipher_type: 51,
-        iv: *b"zcrx-iv!",
-        key: *b"zcrx-rs test key",
-        salt: *b"salt",
-        rec_seq: [0; 8],
-    };
+    let ci = TlsAesGcm128 { version, cipher_type: 51, iv: *b"zcrx-iv!", key: *b"zcrx-rs test key", salt: *b"salt", rec_seq: [0; 8] };
     // SAFETY: as above; `ci` is the struct the kernel expects for this cipher.
-    let r = unsafe {
-        libc::setsockopt(fd, SOL_TLS, dir, (&ci as *const TlsAesGcm128).cast(), size_of::<TlsAesGcm128>() as u32)
-    };
+    let r = unsafe { libc::setsockopt(fd, SOL_TLS, dir, (&ci as *const TlsAesGcm128).cast(), size_of::<TlsAesGcm128>() as u32) };
     if r < 0 {
         return Err(format!("setsockopt(SOL_TLS, {}): {}", if dir == 1 { "TLS_TX" } else { "TLS_RX" }, std::io::Error::last_os_error()));
     }
@@ -952,10 +929,7 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
     if err.raw_os_error() != Some(libc::EFAULT) {
         return Fail(format!("kTLS read() of a record it cannot read: {err}, expected EFAULT"));
     }
-    env.diag(&format!(
-        "TLS 1.3 record: header readable, {} bytes of body in provider memory; read() fails with EFAULT",
-        st.dma_bytes
-    ));
+    env.diag(&format!("TLS 1.3 record: header readable, {} bytes of body in provider memory; read() fails with EFAULT", st.dma_bytes));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -1039,9 +1013,7 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
     // The packet socket has frames queued (it saw the stream), unread.
     let mut frame = [0u8; 256];
     // SAFETY: recv(2) into our buffer of the length given.
-    let queued = unsafe {
-        libc::recv(pkt, frame.as_mut_ptr().cast(), frame.len(), libc::MSG_DONTWAIT | libc::MSG_PEEK)
-    };
+    let queued = unsafe { libc::recv(pkt, frame.as_mut_ptr().cast(), frame.len(), libc::MSG_DONTWAIT | libc::MSG_PEEK) };
     // SAFETY: as above.
     unsafe { libc::close(pkt) };
     tryo!(released.map_err(|e| format!("raw IPv6 socket closed, packet socket open: {e}")));
@@ -1107,10 +1079,7 @@ fn memlock_limit_is_per_user(env: &Env) -> Outcome {
     if c1.answer != "ok" {
         return Fail(format!("first process, 6 MiB of 8: {}", c1.answer));
     }
-    let (pin, lck) = (
-        crate::common::status_kb(&c1.pid(), "VmPin"),
-        crate::common::status_kb(&c1.pid(), "VmLck"),
-    );
+    let (pin, lck) = (crate::common::status_kb(&c1.pid(), "VmPin"), crate::common::status_kb(&c1.pid(), "VmLck"));
     if pin != 6144 || lck != 0 {
         return Fail(format!("first process: VmPin {pin} kB, VmLck {lck} kB; expected 6144 and 0"));
     }

@@ -174,16 +174,8 @@ fn bind_bad_inputs(env: &Env) -> Outcome {
         expect_errno("BIND to loopback (no queue API)", z.bind(1, 0, 64), libc::EINVAL)?;
         expect_errno("BIND with 0 ring entries", z.bind(a_idx, 0, 0x7fff_ffff), libc::EINVAL)?;
         let mut b = zcrx_rs_bind { ifindex: a_idx, rxq: 0, rq_entries: 64, flags: 2, ..Default::default() };
-        expect_errno(
-            "BIND with flags",
-            ioctl(&RawFdRef(z.raw_fd()), IOC_BIND as _, &mut b as *mut _ as usize),
-            libc::EINVAL,
-        )?;
-        expect_errno(
-            "BIND NODEV with an ifindex",
-            z.bind_flags(a_idx, 0, 64, ZCRX_RS_BIND_NODEV),
-            libc::EINVAL,
-        )?;
+        expect_errno("BIND with flags", ioctl(&RawFdRef(z.raw_fd()), IOC_BIND as _, &mut b as *mut _ as usize), libc::EINVAL)?;
+        expect_errno("BIND NODEV with an ifindex", z.bind_flags(a_idx, 0, 64, ZCRX_RS_BIND_NODEV), libc::EINVAL)?;
         expect_errno("BIND NODEV with an rxq", z.bind_flags(0, 1, 64, ZCRX_RS_BIND_NODEV), libc::EINVAL)?;
         z.bind(a_idx, 0, 64).map_err(|e| format!("good BIND: {e}"))?;
         expect_errno("BIND NODEV while bound", z.bind_nodev(64), libc::EBUSY)?;
@@ -280,18 +272,18 @@ fn refill_bad_entries(env: &Env) -> Outcome {
         let held = z.stats().map_err(|e| e.to_string())?.user_held;
         let good = recs[0].off;
         let bad = [
-            16 * ps,      // past the area
-            3 * ps + 8,   // not at a buffer start
+            16 * ps,    // past the area
+            3 * ps + 8, // not at a buffer start
             u64::MAX - 4095,
-            5 * ps,       // never handed out
-            good,         // fine
-            good,         // returned twice
+            5 * ps, // never handed out
+            good,   // fine
+            good,   // returned twice
         ];
         z.refill_raw(&bad, 0).map_err(|e| e.to_string())?;
         z.refill_raw(&[good], 2).map_err(|e| e.to_string())?; // an unknown flag
-        // No page pool consumes the ring while the queue is idle; a receive
-        // that runs out of buffers drains it. Make one run out: the area has
-        // 16 buffers, send enough to need more.
+                                                              // No page pool consumes the ring while the queue is idle; a receive
+                                                              // that runs out of buffers drains it. Make one run out: the area has
+                                                              // 16 buffers, send enough to need more.
         c.write_all(&vec![9u8; 40 * ps as usize]).map_err(|e| e.to_string())?;
         drop(c);
         let mut total = 0u64;
@@ -357,11 +349,11 @@ fn refill_range_entries(env: &Env) -> Outcome {
         const R: u32 = ZCRX_RS_RQE_RANGE;
         let e = |off, len, flags| zcrx_rs_rqe { off, len, flags };
         let entries = [
-            e(0, 0, R),                        // no bytes
-            e(15 * ps + 1, ps as u32, R),      // past the area
-            e(u64::MAX, 2, R),                 // wraps
-            e(0, 1, R | 2),                    // an unknown flag
-            e(0, 16 * ps as u32, R),           // all: the held ones go back
+            e(0, 0, R),                       // no bytes
+            e(15 * ps + 1, ps as u32, R),     // past the area
+            e(u64::MAX, 2, R),                // wraps
+            e(0, 1, R | 2),                   // an unknown flag
+            e(0, 16 * ps as u32, R),          // all: the held ones go back
             e(ps + 5, 15 * ps as u32 - 5, R), // again: none is held now
         ];
         z.refill_entries(&entries).map_err(|e| e.to_string())?;
@@ -370,10 +362,7 @@ fn refill_range_entries(env: &Env) -> Outcome {
         let st = z.stats().map_err(|e| e.to_string())?;
         let want_bad = 4 + (16 - held) + 15;
         if st.refill_ok != held || st.refill_bad != want_bad {
-            return Err(format!(
-                "refill ok {} bad {}, expected {held} and {want_bad} ({held} buffers held)",
-                st.refill_ok, st.refill_bad
-            ));
+            return Err(format!("refill ok {} bad {}, expected {held} and {want_bad} ({held} buffers held)", st.refill_ok, st.refill_bad));
         }
         if st.user_held != 0 {
             return Err(format!("the user still holds {} buffers", st.user_held));

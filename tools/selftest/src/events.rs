@@ -18,10 +18,8 @@ use crate::common::{ensure_loaded, info, mib, wait_idle};
 use crate::net::{addr_a, in_netns, join, sender, Nsim, NS_A};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[
-    ("events_pool_dry_wakes_epoll", events_pool_dry_wakes_epoll),
-    ("events_copy_wakes_epoll", events_copy_wakes_epoll),
-];
+pub const TESTS: &[(&str, TestFn)] =
+    &[("events_pool_dry_wakes_epoll", events_pool_dry_wakes_epoll), ("events_copy_wakes_epoll", events_copy_wakes_epoll)];
 
 /// An epoll instance, closed on drop.
 struct Epoll(RawFd);
@@ -236,11 +234,7 @@ fn events_pool_dry_wakes_epoll(env: &Env) -> Outcome {
     }
     // After the stream the counters are still (no traffic): equal.
     let (r, s) = (&seen.ring, &seen.stats);
-    if r.alloc_fail != s.alloc_fail
-        || r.zc_bytes != s.zc_bytes
-        || r.copy_bytes != s.copy_bytes
-        || r.copy_records != s.copy_records
-    {
+    if r.alloc_fail != s.alloc_fail || r.zc_bytes != s.zc_bytes || r.copy_bytes != s.copy_bytes || r.copy_records != s.copy_records {
         return Fail("the ring's counters differ from STATS".into());
     }
     if seen.zc * 100 < seen.bytes * 99 {

@@ -24,7 +24,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{dev::page_size, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, wait_idle};
-use crate::net::{addr_a, in_netns, join, sender, with_receiver, receive, Nsim, NS_A};
+use crate::net::{addr_a, in_netns, join, receive, sender, with_receiver, Nsim, NS_A};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("fault_injection_every_allocation", fault_injection_every_allocation)];
@@ -52,12 +52,7 @@ struct FailNth(fs::File);
 
 impl FailNth {
     fn open() -> Result<Self, String> {
-        fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(FAIL_NTH)
-            .map(FailNth)
-            .map_err(|e| format!("open {FAIL_NTH}: {e}"))
+        fs::OpenOptions::new().read(true).write(true).open(FAIL_NTH).map(FailNth).map_err(|e| format!("open {FAIL_NTH}: {e}"))
     }
 
     fn set(&self, n: u32) -> Result<(), String> {
@@ -168,8 +163,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             z.register_area(64 * ps).map_err(|e| e.to_string())?;
             z.bind(a_idx, 0, 64).map_err(|e| e.to_string())?;
             let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            let mut c = std::net::TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+            let mut c = std::net::TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             let (s, _) = l.accept().map_err(|e| e.to_string())?;
             c.write_all(&[7u8; 20000]).map_err(|e| e.to_string())?;
             let mut recs = vec![Rec::default(); 16];
@@ -191,9 +185,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             let fd = z.raw_fd();
             let done_mmap = match f.with_nth(nth, || {
                 // SAFETY: maps the ring of our own context; unmapped below.
-                let p = unsafe {
-                    libc::mmap(std::ptr::null_mut(), ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-                };
+                let p = unsafe { libc::mmap(std::ptr::null_mut(), ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
                 if p == libc::MAP_FAILED {
                     Err(std::io::Error::last_os_error())
                 } else {

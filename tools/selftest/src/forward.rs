@@ -80,12 +80,9 @@ impl Router {
              link set lo up\nroute add 0.0.0.0/0 via 198.51.100.1\nroute add ::/0 via 2001:db8:1::1\n",
         )?;
         join(in_netns(NS_A, || {
-            for (k, v) in [
-                ("ipv4/ip_forward", "1"),
-                ("ipv6/conf/all/forwarding", "1"),
-                ("ipv4/icmp_ratelimit", "0"),
-                ("ipv6/icmp/ratelimit", "0"),
-            ] {
+            for (k, v) in
+                [("ipv4/ip_forward", "1"), ("ipv6/conf/all/forwarding", "1"), ("ipv4/icmp_ratelimit", "0"), ("ipv6/icmp/ratelimit", "0")]
+            {
                 let p = format!("/proc/sys/net/{k}");
                 std::fs::write(&p, v).map_err(|e| format!("{p} = {v}: {e}"))?;
             }
@@ -123,11 +120,7 @@ fn datagrams(mac: [u8; 6]) -> Vec<Vec<u8>> {
     for class in 0..4 {
         for i in 0..K {
             let v6 = class == 3;
-            let mut ip = if v6 {
-                pkt::Ip::new("2001:db8::2", "2001:db8:1::2")
-            } else {
-                pkt::Ip::new("192.0.2.2", "198.51.100.2")
-            };
+            let mut ip = if v6 { pkt::Ip::new("2001:db8::2", "2001:db8:1::2") } else { pkt::Ip::new("192.0.2.2", "198.51.100.2") };
             ip.df = class != 0;
             ip.ttl = if class == 2 { 1 } else { 64 };
             ip.id = (class * 100 + i) as u16;
@@ -257,10 +250,7 @@ fn forward_unreadable_to_low_mtu(env: &Env) -> Outcome {
     }
     tryo!(check_icmp("zcrx-rs bound", &bound));
     if bound.frag_oks != 0 || bound.frag_creates != 0 || bound.reasm_oks != 0 || bound.frag_fails != 2 * K {
-        return Fail(format!(
-            "zcrx-rs bound: want every datagram refused by fragmentation ({} FragFails, no fragment made)",
-            2 * K
-        ));
+        return Fail(format!("zcrx-rs bound: want every datagram refused by fragmentation ({} FragFails, no fragment made)", 2 * K));
     }
     env.diag(&format!(
         "{} datagrams in provider memory: {K} not fragmented (dropped, counted), {} ICMP errors quoting them \

@@ -101,9 +101,7 @@ unsafe impl Send for Map {}
 impl Map {
     fn new(len: usize, prot: i32) -> Option<Map> {
         // SAFETY: a fresh anonymous mapping.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
         (p != libc::MAP_FAILED).then_some(Map(p, len))
     }
     fn addr(&self) -> u64 {

@@ -40,8 +40,7 @@ macro_rules! check {
 }
 
 fn open_dev() -> Result<OwnedFd, Outcome> {
-    open(Path::new(DEV), libc::O_RDWR)
-        .map_err(|e| Fail(format!("open({DEV}): {e} ({})", errno_name(errno(&e)))))
+    open(Path::new(DEV), libc::O_RDWR).map_err(|e| Fail(format!("open({DEV}): {e} ({})", errno_name(errno(&e)))))
 }
 
 fn module_loads(env: &Env) -> Outcome {
@@ -180,9 +179,7 @@ fn bnxt_loads_and_unloads(_env: &Env) -> Outcome {
     let state = fs::read_to_string(format!("/sys/module/{BNXT}/initstate")).unwrap_or_default();
     let driver = Path::new("/sys/bus/pci/drivers").join(BNXT);
     let registered = driver.is_dir();
-    let bound = fs::read_dir(&driver)
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains(':')))
-        .unwrap_or(false);
+    let bound = fs::read_dir(&driver).map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().contains(':'))).unwrap_or(false);
     let unloaded = kmod::unload(BNXT);
     check!(state.trim() == "live", "{BNXT} initstate is {:?}, expected \"live\"", state.trim());
     check!(registered, "{} missing: the PCI driver did not register", driver.display());

@@ -37,10 +37,10 @@ mod netlink;
 mod nsim;
 mod pkt;
 mod remote;
-mod stream;
 mod share;
 mod signed;
 mod soak;
+mod stream;
 mod teardown;
 mod urgent;
 
@@ -156,14 +156,7 @@ fn child_register(bytes: usize, limit: u64) -> ! {
     }
     // SAFETY: a fresh anonymous mapping, kept until exit.
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
+        libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
     };
     match z.register_raw(p as u64, bytes as u64) {
         Ok(()) => println!("ok"),
@@ -207,33 +200,22 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--module" => module = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),
-            "--big-stream" => {
-                big_stream = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
-            }
-            "--scale-down" => {
-                scale_down = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
-            }
-            "--fuzz-seconds" => {
-                fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
-            }
+            "--big-stream" => big_stream = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            "--scale-down" => scale_down = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage()),
+            "--fuzz-seconds" => fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--fuzz-seed" => fuzz_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
             "--fuzz-net-seconds" => {
                 fuzz_net_seconds = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
             }
             "--fuzz-net-seed" => fuzz_net_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
-            "--soak-seconds" => {
-                soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())
-            }
+            "--soak-seconds" => soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--list" => list = true,
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
             s => only.push(s.to_string()),
         }
     }
-    let tests: Vec<_> = all_tests()
-        .into_iter()
-        .filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n))
-        .collect();
+    let tests: Vec<_> = all_tests().into_iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
     if list {
         for (n, _) in &tests {
             println!("{n}");

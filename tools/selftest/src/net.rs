@@ -113,10 +113,7 @@ impl HdsStats {
 pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
     let path = format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_stats");
     let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(&format!("queue {q} ")))
-        .ok_or(format!("{path}: no queue {q}"))?;
+    let line = text.lines().find(|l| l.starts_with(&format!("queue {q} "))).ok_or(format!("{path}: no queue {q}"))?;
     let v: Vec<&str> = line.split_whitespace().collect();
     // A missing counter is an error, not a zero that passes every check.
     let get = |k: &str| -> Result<u64, String> {
@@ -215,10 +212,7 @@ impl Nsim {
         let (a_idx, b_idx) = (ifindex(NS_A, a.clone())?, ifindex(NS_B, b.clone())?);
         let fa = fs::File::open(format!("/run/netns/{NS_A}")).map_err(|e| e.to_string())?;
         let fb = fs::File::open(format!("/run/netns/{NS_B}")).map_err(|e| e.to_string())?;
-        write_sys(
-            "/sys/bus/netdevsim/link_device",
-            &format!("{}:{a_idx} {}:{b_idx}", fa.as_raw_fd(), fb.as_raw_fd()),
-        )?;
+        write_sys("/sys/bus/netdevsim/link_device", &format!("{}:{a_idx} {}:{b_idx}", fa.as_raw_fd(), fb.as_raw_fd()))?;
         for (ns, d, v4, v6) in [(NS_A, &a, "192.0.2.1", "2001:db8::1"), (NS_B, &b, "192.0.2.2", "2001:db8::2")] {
             run(
                 "ip",
@@ -250,9 +244,7 @@ impl Nsim {
     /// `zcrx::ethtool`: bookworm's ethtool cannot set it).
     pub fn hds(&self, on: bool) -> Result<(), String> {
         let idx = self.a_idx;
-        join(in_netns(NS_A, move || {
-            zcrx::ethtool::set_header_split(idx, on).map_err(|e| format!("ethtool rings-set tcp-data-split: {e}"))
-        }))
+        join(in_netns(NS_A, move || zcrx::ethtool::set_header_split(idx, on).map_err(|e| format!("ethtool rings-set tcp-data-split: {e}"))))
     }
 
     /// Sets the MTU of both devices.
@@ -271,10 +263,7 @@ impl Nsim {
     /// netdevsim's `hds_dry_fallback` on device `id`: when its pool is
     /// empty, deliver packets whole and readable instead of dropping them.
     pub fn dry_fallback(&self, id: u32, on: bool) -> Result<(), String> {
-        write_sys(
-            &format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_dry_fallback"),
-            if on { "1" } else { "0" },
-        )
+        write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_dry_fallback"), if on { "1" } else { "0" })
     }
 
     /// Deletes netdevsim device `id` (its netdev is unregistered).
@@ -303,13 +292,7 @@ pub fn sender(to: SocketAddr, bytes: u64, pat: Arc<Pattern>, cpu: usize) -> Join
 }
 
 /// [`sender`] whose writes give up after `timeout` without progress.
-pub fn sender_timeout(
-    to: SocketAddr,
-    bytes: u64,
-    pat: Arc<Pattern>,
-    cpu: usize,
-    timeout: Duration,
-) -> JoinHandle<Result<u64, String>> {
+pub fn sender_timeout(to: SocketAddr, bytes: u64, pat: Arc<Pattern>, cpu: usize, timeout: Duration) -> JoinHandle<Result<u64, String>> {
     in_netns(NS_B, move || {
         let _ = zcrx::sys::pin_to_cpu(cpu);
         send_pattern(to, bytes, &pat, timeout)
@@ -375,25 +358,12 @@ pub fn receive(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, stop_after: Option
 
 /// [`receive`] from stream offset `start` (what was received before, by an
 /// earlier call); the returned counts are of this call only.
-pub fn receive_from(
-    z: &mut Zcrx,
-    sock: &TcpStream,
-    pat: &Pattern,
-    start: u64,
-    stop_after: Option<u64>,
-) -> Result<Rx, String> {
+pub fn receive_from(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, stop_after: Option<u64>) -> Result<Rx, String> {
     receive_flags(z, sock, pat, start, stop_after, 0)
 }
 
 /// [`receive_from`] with RECV flags `flags` (`ZCRX_RS_RECV_MERGE`).
-pub fn receive_flags(
-    z: &mut Zcrx,
-    sock: &TcpStream,
-    pat: &Pattern,
-    start: u64,
-    stop_after: Option<u64>,
-    flags: u32,
-) -> Result<Rx, String> {
+pub fn receive_flags(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, stop_after: Option<u64>, flags: u32) -> Result<Rx, String> {
     let bs = z.buf_size() as u64;
     let mut recs = vec![Rec::default(); 128];
     let mut rx = Rx::default();
@@ -435,10 +405,7 @@ pub fn receive_flags(
         for r in &recs[..got.records] {
             let data = z.data(r);
             if let Some(bad) = pat.check(start + rx.bytes, data) {
-                return Err(format!(
-                    "payload mismatch at stream offset {bad} (record off {} len {} flags {})",
-                    r.off, r.len, r.flags
-                ));
+                return Err(format!("payload mismatch at stream offset {bad} (record off {} len {} flags {})", r.off, r.len, r.flags));
             }
             rx.bytes += u64::from(r.len);
             sum += u64::from(r.len);
@@ -470,15 +437,8 @@ pub fn tcp_info_line(fd: &impl AsRawFd) -> String {
     let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: `ti` is writable for `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut ti as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
+    let r =
+        unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut ti as *mut libc::tcp_info).cast(), &mut len) };
     if r != 0 {
         return format!("TCP_INFO: {}", io::Error::last_os_error());
     }
@@ -586,11 +546,8 @@ pub fn with_receiver_setup<T: Send + 'static>(
         let mut z = Zcrx::open().map_err(|e| format!("open /dev/zcrx: {e}"))?;
         z.register_area(area_bytes).map_err(|e| format!("register area: {e}"))?;
         z.bind(a_idx, rxq, 0).map_err(|e| format!("bind queue {rxq}: {e}"))?;
-        let any: SocketAddr = if v6 {
-            (std::net::Ipv6Addr::UNSPECIFIED, port).into()
-        } else {
-            (std::net::Ipv4Addr::UNSPECIFIED, port).into()
-        };
+        let any: SocketAddr =
+            if v6 { (std::net::Ipv6Addr::UNSPECIFIED, port).into() } else { (std::net::Ipv4Addr::UNSPECIFIED, port).into() };
         let l = TcpListener::bind(any).map_err(|e| format!("listen: {e}"))?;
         setup(&l)?;
         // The caller may have stopped waiting only if it panicked.

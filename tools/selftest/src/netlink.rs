@@ -43,9 +43,7 @@ for p in ynl.dump('page-pool-get', {'ifindex': ifindex}):
 fn dump(ifindex: u32) -> Result<Vec<(String, u32, String, u64)>, String> {
     let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
     let ksrc = format!("{cache}/linux/src");
-    let out = join(in_netns(NS_A, move || {
-        net::run("/usr/bin/python3", &["-c", DUMP, &ksrc, &ifindex.to_string()], "")
-    }))?;
+    let out = join(in_netns(NS_A, move || net::run("/usr/bin/python3", &["-c", DUMP, &ksrc, &ifindex.to_string()], "")))?;
     out.lines()
         .map(|l| {
             let v: Vec<&str> = l.split_whitespace().collect();
@@ -106,9 +104,7 @@ fn netlink_dumps_show_provider(env: &Env) -> Outcome {
     tryo!(join(rx));
     let during = tryo!(during);
     let after = tryo!(dump(a_idx));
-    let show = |v: &[(String, u32, String, u64)]| {
-        v.iter().map(|(k, i, nm, l)| format!("{k} {i}: {nm} {l}")).collect::<Vec<_>>().join(", ")
-    };
+    let show = |v: &[(String, u32, String, u64)]| v.iter().map(|(k, i, nm, l)| format!("{k} {i}: {nm} {l}")).collect::<Vec<_>>().join(", ");
     env.diag(&format!("bound: {}; after UNBIND: {}", show(&during), show(&after)));
     let has = |v: &[(String, u32, String, u64)], kind: &str, id: Option<u32>| {
         v.iter().any(|(k, i, nm, l)| k == kind && id.is_none_or(|id| *i == id) && nm == "zcrx_rs" && *l == 32768)

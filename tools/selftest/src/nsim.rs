@@ -18,10 +18,8 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::net::{self, addr_a, in_netns, join, receive_from, sender, with_receiver, with_receiver_rcvbuf, Nsim, DONTWAIT, NS_A, NS_B};
 use crate::pkt;
-use crate::net::{
-    self, addr_a, in_netns, join, receive_from, sender, with_receiver, with_receiver_rcvbuf, Nsim, DONTWAIT, NS_A, NS_B,
-};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -106,9 +104,7 @@ fn stream_through_dry_pool(n: &Nsim, fallback: bool, port: u16) -> Result<(net::
                     held.extend_from_slice(&recs[..g.records]);
                 }
                 Ok(_) => return Err(format!("EOF after {} bytes", rx.bytes)),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
-                    sleep(Duration::from_millis(2))
-                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => sleep(Duration::from_millis(2)),
                 Err(e) => return Err(format!("recv after {} bytes: {e}", rx.bytes)),
             }
         }
@@ -275,7 +271,8 @@ fn dry_pool_idle_recv_sleeps(env: &Env) -> Outcome {
         let (cpu0, t0) = (zcrx::sys::thread_cpu_time(), Instant::now());
         let r = z.recv(b.as_raw_fd(), &mut recs, 0);
         let (cpu, took) = (zcrx::sys::thread_cpu_time() - cpu0, t0.elapsed());
-        let idle = format!("{:?} after {:.2} s, {:.3} s of CPU", r.as_ref().err().map(|e| e.to_string()), took.as_secs_f64(), cpu.as_secs_f64());
+        let idle =
+            format!("{:?} after {:.2} s, {:.3} s of CPU", r.as_ref().err().map(|e| e.to_string()), took.as_secs_f64(), cpu.as_secs_f64());
         if r.as_ref().err().and_then(|e| e.raw_os_error()) != Some(libc::EAGAIN) || took < Duration::from_millis(1900) {
             return Err(format!("RECV on the idle connection: {idle}, expected EAGAIN after 2 s"));
         }
@@ -392,8 +389,8 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
         frames.push(tcp_frame(mac, v6, 7331, &payload, 21, true));
     }
     let sent = pkt::send_frames(NS_B, n.b_idx, frames);
-    let d = wait_stats(Duration::from_secs(60), "4 frames split", |st| st.dma_packets >= before.dma_packets + 4)
-    .map(|st| st.since(&before));
+    let d =
+        wait_stats(Duration::from_secs(60), "4 frames split", |st| st.dma_packets >= before.dma_packets + 4).map(|st| st.since(&before));
     let _ = go_tx.send(());
     tryo!(join(rx));
     tryo!(sent);
@@ -447,10 +444,8 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
             word.map(str::to_string).ok_or(format!("no {what:?} in {out:?}"))
         };
         let ctx = after(et(&["-X", &dev, "context", "new", "start", "0", "equal", "2"])?, "New RSS context is ")?;
-        let rule = after(
-            et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?,
-            "Added rule with ID ",
-        )?;
+        let rule =
+            after(et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?, "Added rule with ID ")?;
         let shrink = et(&["-L", &dev, "combined", "3"]);
         et(&["-N", &dev, "delete", &rule])?;
         et(&["-X", &dev, "context", &ctx, "delete"])?;

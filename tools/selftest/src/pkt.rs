@@ -310,8 +310,7 @@ impl Snmp {
             let mut m = std::collections::HashMap::new();
             // a names line and a values line per table
             for f in ["snmp", "netstat"] {
-                let t = fs::read_to_string(format!("/proc/thread-self/net/{f}"))
-                    .map_err(|e| format!("/proc/net/{f}: {e}"))?;
+                let t = fs::read_to_string(format!("/proc/thread-self/net/{f}")).map_err(|e| format!("/proc/net/{f}: {e}"))?;
                 let lines: Vec<&str> = t.lines().collect();
                 for p in lines.chunks(2) {
                     let [names, vals] = p else { continue };

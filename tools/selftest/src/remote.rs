@@ -53,8 +53,7 @@ use crate::net::{connect, in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] =
-    &[("fuzz_remote", fuzz_remote), ("ofo_parker_cannot_stall_others", ofo_parker_cannot_stall_others)];
+pub const TESTS: &[(&str, TestFn)] = &[("fuzz_remote", fuzz_remote), ("ofo_parker_cannot_stall_others", ofo_parker_cannot_stall_others)];
 
 const VALID_PORT: u16 = 7400;
 const GARBAGE_PORT: u16 = 7401;
@@ -190,15 +189,7 @@ impl Attacker {
         if r != 0 {
             return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
         }
-        Ok(Attacker {
-            fd,
-            ifindex,
-            mac,
-            rng: Rng(seed),
-            sent: BTreeMap::new(),
-            events: BTreeMap::new(),
-            next_port: 20000,
-        })
+        Ok(Attacker { fd, ifindex, mac, rng: Rng(seed), sent: BTreeMap::new(), events: BTreeMap::new(), next_port: 20000 })
     }
 
     fn note(&mut self, what: &'static str) {
@@ -350,9 +341,8 @@ impl Attacker {
 
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
-        let class = self.rng.pick(&[
-            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win",
-        ]);
+        let class =
+            self.rng.pick(&["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win"]);
         match class {
             "options" => {
                 let soup = self.rng.pct(50);
@@ -592,10 +582,8 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
                 return Err(format!("{} valid connections still open 120 s after the end", conns.iter().filter(|c| c.valid).count()));
             }
         }
-        let mut fds: Vec<libc::pollfd> = [&valid, &garbage]
-            .iter()
-            .map(|l| libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 })
-            .collect();
+        let mut fds: Vec<libc::pollfd> =
+            [&valid, &garbage].iter().map(|l| libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
         fds.extend(conns.iter().map(|c| libc::pollfd { fd: c.s.as_raw_fd(), events: libc::POLLIN | libc::POLLPRI, revents: 0 }));
         // SAFETY: `fds` is a valid array of pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
@@ -634,7 +622,7 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
             if !c.valid && at_mark(&c.s).unwrap_or(false) && recv_oob(&c.s).is_ok() {
                 v.oob_read += 1;
             }
-            let flags = ZCRX_RS_RECV_DONTWAIT | if c.got % 2 == 0 { ZCRX_RS_RECV_MERGE } else { 0 };
+            let flags = ZCRX_RS_RECV_DONTWAIT | if c.got.is_multiple_of(2) { ZCRX_RS_RECV_MERGE } else { 0 };
             match z.recv(c.s.as_raw_fd(), &mut recs, flags) {
                 Ok(got) if got.bytes == 0 => close = true,
                 Ok(got) => {
@@ -838,9 +826,9 @@ fn valid_len(id: u64) -> u64 {
 fn fuzz_remote(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let secs = env.fuzz_net_seconds;
-    let seed = env.fuzz_net_seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
-    });
+    let seed = env
+        .fuzz_net_seed
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1));
     env.diag(&format!("fuzz_remote: seed {seed}, {secs} s (--fuzz-net-seed {seed} replays the attacker's choices)"));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
@@ -868,7 +856,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
         let mut id = seed.rotate_left(17);
         while Instant::now() < deadline && !stop_s.load(Ordering::Acquire) {
             id = id.wrapping_add(1);
-            let to: SocketAddr = if id % 2 == 0 {
+            let to: SocketAddr = if id.is_multiple_of(2) {
                 (std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), VALID_PORT).into()
             } else {
                 (std::net::Ipv4Addr::new(192, 0, 2, 1), VALID_PORT).into()
@@ -914,10 +902,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let v = tryo!(vic);
     let d = tryo!(d);
     let total: u64 = sent.values().sum();
-    env.diag(&format!(
-        "attacker: {total} frames: {}",
-        sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
-    ));
+    env.diag(&format!("attacker: {total} frames: {}", sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \

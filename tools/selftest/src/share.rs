@@ -50,9 +50,7 @@ pub fn child_refill() -> ! {
     let len = u64::from_ne_bytes(hdr[16..24].try_into().unwrap()) as usize;
     // SAFETY: maps the context's ring at offset 0, as its owner does; the
     // kernel checks the length.
-    let map = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, ctx.as_raw_fd(), 0)
-    };
+    let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, ctx.as_raw_fd(), 0) };
     if map == libc::MAP_FAILED {
         eprintln!("child-refill: mmap: {}", std::io::Error::last_os_error());
         std::process::exit(1);

@@ -99,8 +99,7 @@ fn add_key(fd: i32, sig: Sig, peer: std::net::Ipv6Addr) -> std::io::Result<()> {
 
 /// A listener on `[::]:port` that signs with the sender's address.
 fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
-    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
-        .map_err(|e| format!("listen: {e}"))?;
+    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
     add_key(l.as_raw_fd(), sig, "2001:db8::2".parse().unwrap()).map_err(|e| format!("listener key: {e}"))?;
     Ok(l)
 }
@@ -124,9 +123,7 @@ fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
         sa.sin6_port = a.port().to_be();
         sa.sin6_addr.s6_addr = a.ip().octets();
         // SAFETY: a valid sockaddr_in6 of the size passed.
-        let r = unsafe {
-            libc::connect(fd, (&sa as *const libc::sockaddr_in6).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
-        };
+        let r = unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_in6).cast(), std::mem::size_of_val(&sa) as libc::socklen_t) };
         if r == 0 {
             s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
             return Ok(s);
@@ -316,9 +313,7 @@ fn mptcp_dss_checksum(env: &Env) -> Outcome {
         let l = unsafe { TcpListener::from_raw_fd(fd) };
         let sa = sockaddr4(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)));
         // SAFETY: a valid sockaddr_in of the size passed.
-        let r = unsafe {
-            libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
-        };
+        let r = unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t) };
         // SAFETY: listen(2) on our socket.
         if r != 0 || unsafe { libc::listen(fd, 4) } != 0 {
             return Err(format!("MPTCP bind/listen: {}", std::io::Error::last_os_error()));
@@ -343,9 +338,7 @@ fn mptcp_dss_checksum(env: &Env) -> Outcome {
         let mut s = unsafe { TcpStream::from_raw_fd(fd) };
         let sa = sockaddr4(to);
         // SAFETY: a valid sockaddr_in of the size passed.
-        let r = unsafe {
-            libc::connect(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t)
-        };
+        let r = unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&sa) as libc::socklen_t) };
         if r != 0 {
             return Err(format!("MPTCP connect: {}", std::io::Error::last_os_error()));
         }

@@ -15,9 +15,7 @@ use zcrx::uapi::{ZCRX_RS_FEATURE_MERGE, ZCRX_RS_RECV_MERGE};
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
-use crate::net::{
-    self, addr_a, join, receive, receive_flags, sender, with_receiver, with_receiver_rcvbuf, Nsim, Rx, DONTWAIT,
-};
+use crate::net::{self, addr_a, join, receive, receive_flags, sender, with_receiver, with_receiver_rcvbuf, Nsim, Rx, DONTWAIT};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -69,8 +67,7 @@ pub fn one_stream_rcvbuf(
         // A RECV that waits this long says where things stand (`receive`
         // prints a stall report and goes on until its own deadline) rather
         // than hanging the run.
-        s.set_read_timeout(Some(Duration::from_secs(15)))
-            .map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(15))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
         let rx = receive(z, &s, &p2, None)?;
         let st = z.stats().map_err(|e| format!("stats: {e}"))?;
         Ok((rx, st))
@@ -181,8 +178,7 @@ fn tiny_area_backpressure(env: &Env) -> Outcome {
     let dev = n.a.clone();
     tryo!(join(net::in_netns(net::NS_A, move || net::run(&ethtool, &["-K", &dev, "gro", "off"], "").map(|_| ()))));
     let rcvbuf = (area / 4) as i32;
-    let (rx, b, a, st) =
-        tryo!(one_stream_rcvbuf(&n, env.bytes(32 << 20), area, 0, 0, true, 7003, 3, Some(rcvbuf)));
+    let (rx, b, a, st) = tryo!(one_stream_rcvbuf(&n, env.bytes(32 << 20), area, 0, 0, true, 7003, 3, Some(rcvbuf)));
     let d = delta(b, a);
     env.diag(&format!(
         "area of {pages} buffers, SO_RCVBUF {rcvbuf}, GRO off: {}; netdevsim dropped {} bursts for want of a buffer; \
@@ -263,10 +259,8 @@ fn two_sockets_one_queue(env: &Env) -> Outcome {
             if t0.elapsed() > Duration::from_secs(300) {
                 return Err("timed out".into());
             }
-            let mut pfd: Vec<libc::pollfd> = socks
-                .iter()
-                .map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 })
-                .collect();
+            let mut pfd: Vec<libc::pollfd> =
+                socks.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
             // SAFETY: two valid pollfds.
             unsafe { libc::poll(pfd.as_mut_ptr(), 2, 1000) };
             for i in 0..2 {
@@ -446,10 +440,7 @@ fn merged_records_stream(env: &Env) -> Outcome {
         return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
     }
     if st.refill_bad != 0 || st.user_held != 0 {
-        return Fail(format!(
-            "after UNBIND: {} refill entries refused, {} buffers still held by the user",
-            st.refill_bad, st.user_held
-        ));
+        return Fail(format!("after UNBIND: {} refill entries refused, {} buffers still held by the user", st.refill_bad, st.user_held));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
@@ -487,10 +478,7 @@ fn iouring_zcrx_in_tree(env: &Env) -> Outcome {
     // 12840-byte writes is at most ~830 segments: the whole transfer fits
     // the queue, however the receiver is scheduled.
     let per_run: u64 = if env.scale_down > 1 { 256 << 10 } else { 1 << 20 };
-    env.diag(&format!(
-        "iou-zcrx has a 5 s deadline from listen(): the client starts when the server listens, {} per run",
-        mib(per_run)
-    ));
+    env.diag(&format!("iou-zcrx has a 5 s deadline from listen(): the client starts when the server listens, {} per run", mib(per_run)));
     let before = tryo!(n.stats(1, 0));
     let mut slowest = Duration::ZERO;
     for run in 0..RUNS {

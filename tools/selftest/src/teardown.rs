@@ -102,7 +102,10 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
     if kmod::is_loaded(MODULE) {
         return Fail("still loaded after rmmod".into());
     }
-    env.diag(&format!("rmmod refused with a context, an area, a binding, a stream, after unbind; succeeded after close ({} received)", mib(got)));
+    env.diag(&format!(
+        "rmmod refused with a context, an area, a binding, a stream, after unbind; succeeded after close ({} received)",
+        mib(got)
+    ));
     tryo!(plain_stream_ok(&n, 7102));
     tryo!(ensure_loaded(env));
     Pass
@@ -145,9 +148,7 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
     });
     let _ = join(sender(addr_a(true, 7103), env.bytes(64 << 20), pat, 0));
     let (base, charged, after, recs, held) = tryo!(join(h));
-    env.diag(&format!(
-        "VmPin {base} kB -> {charged} kB with the area -> {after} kB after close with {held} buffers held ({recs} records)"
-    ));
+    env.diag(&format!("VmPin {base} kB -> {charged} kB with the area -> {after} kB after close with {held} buffers held ({recs} records)"));
     if charged < base + 2048 * page_size() as u64 / 1024 {
         return Fail(format!("area not charged to locked memory: {base} -> {charged} kB"));
     }

@@ -231,10 +231,7 @@ impl Expect {
             }
             k += 1;
         }
-        Err(format!(
-            "recv(MSG_OOB) gave {b:#04x} at stream offset {}, which is not an urgent byte of that value",
-            self.pos
-        ))
+        Err(format!("recv(MSG_OOB) gave {b:#04x} at stream offset {}, which is not an urgent byte of that value", self.pos))
     }
 
     /// End of stream: urgent bytes at the very end can only have been taken out.
@@ -274,12 +271,7 @@ struct UrgRx {
 /// call, if the socket is at the urgent mark and `read_oob`, reads the
 /// urgent byte with `MSG_OOB` (waiting for it with `POLLPRI` while it is
 /// announced but not there yet).
-fn receive_urgent(
-    z: &mut Zcrx,
-    s: &std::net::TcpStream,
-    exp: &mut Expect,
-    read_oob: bool,
-) -> Result<UrgRx, String> {
+fn receive_urgent(z: &mut Zcrx, s: &std::net::TcpStream, exp: &mut Expect, read_oob: bool) -> Result<UrgRx, String> {
     let mut recs = vec![Rec::default(); 128];
     let mut rx = UrgRx::default();
     let cpu0 = thread_cpu_time();
@@ -351,13 +343,7 @@ fn receive_urgent(
 
 /// One stream with urgent bytes into a zcrx-rs receiver bound to queue 0:
 /// `steer` sends the flow to the unbound queue 1 (the copy path).
-fn urgent_stream(
-    env: &Env,
-    steer: bool,
-    oobinline: bool,
-    port: u16,
-    seed: u64,
-) -> Result<(Expect, UrgRx, HdsStats, Nsim), String> {
+fn urgent_stream(env: &Env, steer: bool, oobinline: bool, port: u16, seed: u64) -> Result<(Expect, UrgRx, HdsStats, Nsim), String> {
     ensure_loaded(env)?;
     let n = if steer { Nsim::up_steered(2, Some(1))? } else { Nsim::up(1)? };
     n.hds(true)?;
@@ -623,10 +609,7 @@ fn urgent_copy_path_oobinline(env: &Env) -> Outcome {
         return Fail(format!("urgent bytes missing with SO_OOBINLINE: {:?}", exp.removed));
     }
     if rx.final_oob_errno != libc::EINVAL {
-        return Fail(format!(
-            "recv(MSG_OOB) with SO_OOBINLINE: {}, expected EINVAL",
-            zcrx::sys::errno_name(rx.final_oob_errno)
-        ));
+        return Fail(format!("recv(MSG_OOB) with SO_OOBINLINE: {}, expected EINVAL", zcrx::sys::errno_name(rx.final_oob_errno)));
     }
     env.diag(&tryo!(at_the_mark(&n, true, false, 7106)));
     env.diag(&tryo!(at_the_mark(&n, true, true, 7108)));
@@ -672,13 +655,7 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: getsockopt writes at most `len` bytes into a live int.
         let r = unsafe {
-            libc::getsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&mut lowat as *mut libc::c_int).cast(),
-                &mut len,
-            )
+            libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, (&mut lowat as *mut libc::c_int).cast(), &mut len)
         };
         if r != 0 || lowat != 1 << 20 {
             return Err(format!("SO_RCVLOWAT of the accepted socket: {lowat} (getsockopt {r}), expected 1 MiB"));

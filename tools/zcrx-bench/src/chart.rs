@@ -84,7 +84,13 @@ pub fn svg(title: &str, note: &str, panels: &[Panel], cols: usize) -> String {
         let n = p.x_labels.len().max(1);
         let xs = |i: usize| if n == 1 { ox + PW / 2.0 } else { ox + 20.0 + (PW - 40.0) * i as f64 / (n - 1) as f64 };
         let ys = |v: f64| oy + PH - PH * v / top;
-        let _ = writeln!(o, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\">{}</text>", ox + PW / 2.0, oy - 10.0, esc(&p.title));
+        let _ = writeln!(
+            o,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\">{}</text>",
+            ox + PW / 2.0,
+            oy - 10.0,
+            esc(&p.title)
+        );
         let _ = writeln!(o, "<rect x=\"{ox}\" y=\"{oy}\" width=\"{PW}\" height=\"{PH}\" fill=\"none\" stroke=\"#888\"/>");
         let mut v = 0.0;
         while v <= top + step / 2.0 {
@@ -123,11 +129,7 @@ pub fn svg(title: &str, note: &str, panels: &[Panel], cols: usize) -> String {
                 }
             }
             for pts in runs.iter().filter(|p| p.len() > 1) {
-                let _ = writeln!(
-                    o,
-                    "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2.5\"/>",
-                    pts.join(" ")
-                );
+                let _ = writeln!(o, "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2.5\"/>", pts.join(" "));
             }
             for (i, v) in l.values.iter().enumerate() {
                 if let Some(v) = v {

@@ -207,9 +207,7 @@ fn parse() -> Opts {
             "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
             "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
             "--flows" => o.flows = v().parse().ok().filter(|&n| (1..=MAX_FLOWS).contains(&n)).unwrap_or_else(|| usage()),
-            "--write-size" => {
-                o.write_size = zcrx::sys::parse_size(&v()).filter(|&n| n > 0).unwrap_or_else(|| usage())
-            }
+            "--write-size" => o.write_size = zcrx::sys::parse_size(&v()).filter(|&n| n > 0).unwrap_or_else(|| usage()),
             "--src-port" => o.src_port = v().parse().ok().filter(|&p| p > 0).unwrap_or_else(|| usage()),
             "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
             "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
@@ -376,8 +374,7 @@ fn sender_clock() -> Option<libc::clockid_t> {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     // Zombies (ended, not yet reaped) do not count.
-    let found: Vec<_> =
-        tasks().into_iter().filter(|t| t.pid != me && t.comm == "zcrx-bench" && !t.rest.starts_with('Z')).collect();
+    let found: Vec<_> = tasks().into_iter().filter(|t| t.pid != me && t.comm == "zcrx-bench" && !t.rest.starts_with('Z')).collect();
     let [t] = &found[..] else { return None };
     cpu_clock(t.pid)
 }
@@ -435,9 +432,7 @@ fn napi_ids(o: &Opts) -> Vec<u32> {
         return Vec::new();
     }
     let idx = ifindex(&o.dev);
-    (o.queue..o.queue + o.queues)
-        .map(|q| zcrx::netdev::rx_queue_napi_id(idx, q).unwrap_or_else(|e| die("netdev queue-get", e)))
-        .collect()
+    (o.queue..o.queue + o.queues).map(|q| zcrx::netdev::rx_queue_napi_id(idx, q).unwrap_or_else(|e| die("netdev queue-get", e))).collect()
 }
 
 fn server(o: &Opts) {
@@ -492,8 +487,7 @@ fn server(o: &Opts) {
         }
         _ => {}
     }
-    let any: SocketAddr =
-        if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
+    let any: SocketAddr = if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let l = TcpListener::bind(any).unwrap_or_else(|e| die("listen", e));
     // Many flows share one area (per queue for io_uring zcrx): each
     // socket gets a receive buffer of an eighth of the area's share per
@@ -750,9 +744,7 @@ fn connect_from(to: SocketAddr, port: u16) -> io::Result<TcpStream> {
     // SAFETY: bind and connect read the address structs, live locals of the
     // lengths given.
     unsafe {
-        if libc::bind(fd, local.0.as_ptr().cast(), local.1) < 0
-            || libc::connect(fd, remote.0.as_ptr().cast(), remote.1) < 0
-        {
+        if libc::bind(fd, local.0.as_ptr().cast(), local.1) < 0 || libc::connect(fd, remote.0.as_ptr().cast(), remote.1) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
@@ -770,9 +762,7 @@ fn sockaddr(addr: &SocketAddr) -> (Vec<u8>, libc::socklen_t) {
                 sin_zero: [0; 8],
             };
             // SAFETY: a plain C struct viewed as its bytes.
-            let b = unsafe {
-                std::slice::from_raw_parts((&sa as *const libc::sockaddr_in).cast::<u8>(), std::mem::size_of_val(&sa))
-            };
+            let b = unsafe { std::slice::from_raw_parts((&sa as *const libc::sockaddr_in).cast::<u8>(), std::mem::size_of_val(&sa)) };
             (b.to_vec(), b.len() as libc::socklen_t)
         }
         SocketAddr::V6(a) => {
@@ -784,9 +774,7 @@ fn sockaddr(addr: &SocketAddr) -> (Vec<u8>, libc::socklen_t) {
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: a plain C struct viewed as its bytes.
-            let b = unsafe {
-                std::slice::from_raw_parts((&sa as *const libc::sockaddr_in6).cast::<u8>(), std::mem::size_of_val(&sa))
-            };
+            let b = unsafe { std::slice::from_raw_parts((&sa as *const libc::sockaddr_in6).cast::<u8>(), std::mem::size_of_val(&sa)) };
             (b.to_vec(), b.len() as libc::socklen_t)
         }
     }

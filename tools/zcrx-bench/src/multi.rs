@@ -43,16 +43,8 @@ struct Flow<'a> {
 /// Receives every connection of `socks` to its end.
 /// `napi`: the NAPI id of each bound queue, in order (io_uring zcrx with
 /// several queues; empty: all on the first).
-pub fn receive(
-    mode: Mode,
-    socks: &[TcpStream],
-    zc: Option<&mut Zcrx>,
-    ring: Option<&mut ZcrxRing>,
-    napi: &[u32],
-    zflags: u32,
-) -> Totals {
-    let mut flows: Vec<Flow<'_>> =
-        socks.iter().map(|s| Flow { s, smp: Sampler::new(SEED), off: 0, done: false }).collect();
+pub fn receive(mode: Mode, socks: &[TcpStream], zc: Option<&mut Zcrx>, ring: Option<&mut ZcrxRing>, napi: &[u32], zflags: u32) -> Totals {
+    let mut flows: Vec<Flow<'_>> = socks.iter().map(|s| Flow { s, smp: Sampler::new(SEED), off: 0, done: false }).collect();
     let mut t = Totals { total: 0, copied: 0, calls: 0, records: 0, checked: 0 };
     match mode {
         Mode::IouringZcrx => uring(&mut flows, ring.expect("set up"), napi, &mut t),
@@ -90,8 +82,7 @@ fn polled(mode: Mode, flows: &mut [Flow<'_>], mut zc: Option<&mut Zcrx>, zflags:
         // the run with an error instead of waiting for the VM's timeout.
         let n = crate::in_call(|| unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 120_000) });
         if n == 0 {
-            let left: Vec<String> =
-                flows.iter().enumerate().filter(|(_, f)| !f.done).map(|(i, f)| format!("{i}@{}", f.off)).collect();
+            let left: Vec<String> = flows.iter().enumerate().filter(|(_, f)| !f.done).map(|(i, f)| format!("{i}@{}", f.off)).collect();
             die("epoll_wait", format!("no data on any of {open} open flows for 120 s (flow@bytes: {})", left.join(" ")));
         }
         if n < 0 {
@@ -178,9 +169,9 @@ fn queue_of(s: &TcpStream, napi: &[u32]) -> usize {
         let hint = if e.raw_os_error() == Some(libc::ENOPROTOOPT) { " (a kernel without CONFIG_NET_RX_BUSY_POLL)" } else { "" };
         die("SO_INCOMING_NAPI_ID", format!("{e}{hint}"))
     });
-    napi.iter().position(|&n| n == id).unwrap_or_else(|| {
-        die("SO_INCOMING_NAPI_ID", format!("connection on NAPI {id}, not one of the bound queues' {napi:?}"))
-    })
+    napi.iter()
+        .position(|&n| n == id)
+        .unwrap_or_else(|| die("SO_INCOMING_NAPI_ID", format!("connection on NAPI {id}, not one of the bound queues' {napi:?}")))
 }
 
 /// One multishot `RECV_ZC` per connection, tagged with its index, on the

@@ -147,8 +147,7 @@ pub fn report(path: &str) -> Result<(), String> {
     }
     let mode_idx = |m: &str| modes.iter().position(|x| x == m).unwrap_or(usize::MAX);
     // The groups: each buffer size (with its MTU) the zero-copy modes ran at.
-    let mut groups: Vec<(u64, Option<u64>)> =
-        keys.iter().filter(|k| k.buf > 0).map(|k| (k.buf, k.mtu)).collect();
+    let mut groups: Vec<(u64, Option<u64>)> = keys.iter().filter(|k| k.buf > 0).map(|k| (k.buf, k.mtu)).collect();
     groups.sort();
     groups.dedup();
     let group_of = |k: &Key| -> (usize, Option<u64>) {
@@ -188,14 +187,7 @@ pub fn report(path: &str) -> Result<(), String> {
         );
         let share = if base == "trunc" { "- (discarded)".into() } else { format!("{:.1}%", zc * 100.0) };
         let mtu = k.mtu.map_or("-".into(), |m| m.to_string());
-        println!(
-            "| {} | {} | {mtu} | {} | {} | {} | {share} |",
-            k.mode,
-            size_label(k.buf),
-            rs.len(),
-            spread(&gs, 3),
-            spread(&cs, 4)
-        );
+        println!("| {} | {} | {mtu} | {} | {} | {} | {share} |", k.mode, size_label(k.buf), rs.len(), spread(&gs, 3), spread(&cs, 4));
         rows.push(Row { key: k.clone(), runs: rs.len(), gbps: median(gs), cpu: median(cs), zc });
     }
 
@@ -220,14 +212,10 @@ pub fn report(path: &str) -> Result<(), String> {
     add("throughput zcrx-rs / iouring-zcrx".into(), ">= 1.0", &|b, m| ratio(g("zcrx-rs", b, m), g("iouring-zcrx", b, m)));
     add("CPU/GiB zcrx-rs / iouring-zcrx".into(), "<= 0.85", &|b, m| ratio(c("zcrx-rs", b, m), c("iouring-zcrx", b, m)));
     add("CPU/GiB zcrx-rs / copy".into(), "<= 0.10", &|b, m| ratio(c("zcrx-rs", b, m), c("copy", 0, m)));
-    add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.3 (4 KiB), <= 1.0 (32 KiB)", &|b, m| {
-        ratio(c("zcrx-rs", b, m), c("trunc", 0, m))
-    });
+    add("CPU/GiB zcrx-rs / trunc".into(), "<= 1.3 (4 KiB), <= 1.0 (32 KiB)", &|b, m| ratio(c("zcrx-rs", b, m), c("trunc", 0, m)));
     if keys.iter().any(|k| k.mode == "zcrx-rs-nomerge") {
         add("CPU/GiB zcrx-rs / zcrx-rs-nomerge".into(), "-", &|b, m| ratio(c("zcrx-rs", b, m), c("zcrx-rs-nomerge", b, m)));
-        add("CPU/GiB zcrx-rs-nomerge / iouring-zcrx".into(), "-", &|b, m| {
-            ratio(c("zcrx-rs-nomerge", b, m), c("iouring-zcrx", b, m))
-        });
+        add("CPU/GiB zcrx-rs-nomerge / iouring-zcrx".into(), "-", &|b, m| ratio(c("zcrx-rs-nomerge", b, m), c("iouring-zcrx", b, m)));
     }
     if modes.iter().any(|m| m == "zcrx-rs-copy") && keys.iter().any(|k| k.mode == "zcrx-rs-copy") {
         add("CPU/GiB zcrx-rs-copy / copy".into(), "-", &|b, m| ratio(c("zcrx-rs-copy", b, m), c("copy", 0, m)));
@@ -272,10 +260,7 @@ pub fn report(path: &str) -> Result<(), String> {
     };
     if !groups.is_empty() {
         println!();
-        println!(
-            "| ratio (medians, same run) | {} | target |",
-            groups.iter().map(col).collect::<Vec<_>>().join(" | ")
-        );
+        println!("| ratio (medians, same run) | {} | target |", groups.iter().map(col).collect::<Vec<_>>().join(" | "));
         println!("|---|{}---|", "---|".repeat(groups.len()));
         for (name, target, v) in &lines {
             println!("| {name} | {} | {target} |", v.iter().map(|&x| fmt(x)).collect::<Vec<_>>().join(" | "));
@@ -349,13 +334,7 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
             continue;
         }
         let cells: Vec<String> = parts.iter().map(|v| v.map_or("n/a".into(), |v| format!("{v:.4}"))).collect();
-        println!(
-            "| {} | {} | {} | {} |",
-            k.mode,
-            size_label(k.buf),
-            k.mtu.map_or("-".into(), |m| m.to_string()),
-            cells.join(" | ")
-        );
+        println!("| {} | {} | {} | {} |", k.mode, size_label(k.buf), k.mtu.map_or("-".into(), |m| m.to_string()), cells.join(" | "));
     }
     // --split: the receiver's CPU inside and outside its receive calls.
     if !runs.iter().any(|r| r.contains_key("in_calls_secs")) {
@@ -401,10 +380,7 @@ fn breakdown(runs: &[BTreeMap<String, String>], keys: &[Key]) {
 fn time_parts(rs: &[&BTreeMap<String, String>]) -> [Option<f64>; 6] {
     let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
     let per_gib = |f: &dyn Fn(&BTreeMap<String, String>) -> Option<f64>| {
-        let v: Vec<f64> = rs
-            .iter()
-            .filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12)))
-            .collect();
+        let v: Vec<f64> = rs.iter().filter_map(|r| Some(f(r)? / (num(r, "bytes")? / (1u64 << 30) as f64).max(1e-12))).collect();
         (!v.is_empty()).then(|| median(v))
     };
     const PARTS: [&str; 4] = ["cpu_secs", "napi_dev_secs", "napi_other_secs", "sender_cpu_secs"];
@@ -495,24 +471,12 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
             series.replace('_', " "),
             head.join(" | "),
             gh.join(" | "),
-            if spread_col {
-                format!(" busiest queue's share of the bytes, median ({}) |", modes.join(" / "))
-            } else {
-                String::new()
-            }
+            if spread_col { format!(" busiest queue's share of the bytes, median ({}) |", modes.join(" / ")) } else { String::new() }
         );
-        println!(
-            "|---|{}---|{}{}",
-            "---|".repeat(modes.len()),
-            "---|".repeat(modes.len()),
-            if spread_col { "---|" } else { "" }
-        );
+        println!("|---|{}---|{}{}", "---|".repeat(modes.len()), "---|".repeat(modes.len()), if spread_col { "---|" } else { "" });
         let mut cpu_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
         let mut gbps_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
-        json.push_str(&format!(
-            "{}{{\"series\":\"{series}\",\"points\":[",
-            if si > 0 { "," } else { "" }
-        ));
+        json.push_str(&format!("{}{{\"series\":\"{series}\",\"points\":[", if si > 0 { "," } else { "" }));
         for (xi, &x) in xs.iter().enumerate() {
             let mut cells = Vec::new();
             let mut gcells = Vec::new();
@@ -618,9 +582,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
     let vcpus = runs.iter().find_map(|r| r.get("vcpus").cloned()).unwrap_or_else(|| "2".into());
     let svg = chart::svg(
         &format!("zcrx-bench --scale: {} buffers, medians", size_label(buf)),
-        &format!(
-            "clock {clock}, {vcpus} vCPU(s); receiver CPU = its thread + its CPU's ksoftirqd; lower CPU is better"
-        ),
+        &format!("clock {clock}, {vcpus} vCPU(s); receiver CPU = its thread + its CPU's ksoftirqd; lower CPU is better"),
         &cpu,
         n,
     );

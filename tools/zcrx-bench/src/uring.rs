@@ -47,14 +47,7 @@ impl Map {
     fn with_flags(fd: RawFd, len: usize, off: u64, flags: libc::c_int) -> io::Result<Map> {
         // SAFETY: mapping io_uring memory (fd >= 0) or anonymous memory (fd < 0).
         let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags | libc::MAP_POPULATE,
-                fd,
-                off as libc::off_t,
-            )
+            libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_POPULATE, fd, off as libc::off_t)
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -141,14 +134,7 @@ impl ZcrxRing {
     /// `rq_entries`. `rx_buf_len`: the buffer size (0: a page); larger
     /// buffers must each be contiguous (else `ERANGE`), so `huge` backs
     /// the areas with hugetlbfs memory.
-    pub fn new(
-        ifindex: u32,
-        rxqs: &[u32],
-        area_len: usize,
-        rq_entries: u32,
-        rx_buf_len: u32,
-        huge: bool,
-    ) -> io::Result<Self> {
+    pub fn new(ifindex: u32, rxqs: &[u32], area_len: usize, rq_entries: u32, rx_buf_len: u32, huge: bool) -> io::Result<Self> {
         if rxqs.is_empty() || rxqs.len() > MAX_IFQS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -270,10 +256,8 @@ impl ZcrxRing {
     fn enter(&self, submit: u32, wait: u32) -> io::Result<()> {
         let flags = if wait > 0 { IORING_ENTER_GETEVENTS } else { 0 };
         // SAFETY: plain io_uring_enter on our ring.
-        cvt(crate::in_call(|| unsafe {
-            libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, ptr::null::<u8>(), 0usize)
-        }))
-        .map(|_| ())
+        cvt(crate::in_call(|| unsafe { libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, ptr::null::<u8>(), 0usize) }))
+            .map(|_| ())
     }
 
     /// Waits for at least one completion, then handles all there are:
@@ -326,10 +310,7 @@ impl ZcrxRing {
                 }
                 let q = &mut self.ifqs[c.ifq];
                 // As zcrx-rs's `Zcrx::data` does for each record.
-                assert!(
-                    c.off.checked_add(c.len as u64).is_some_and(|end| end <= q.area.len as u64),
-                    "completion outside the area"
-                );
+                assert!(c.off.checked_add(c.len as u64).is_some_and(|end| end <= q.area.len as u64), "completion outside the area");
                 if used[c.ifq] == room[c.ifq] {
                     return Err(io::Error::other("io_uring zcrx refill ring full"));
                 }
@@ -343,8 +324,7 @@ impl ZcrxRing {
                 // SAFETY: the entry is ours until the tail moves past it (room
                 // checked above).
                 unsafe {
-                    *q.rqes.add(idx as usize) =
-                        io_uring_zcrx_rqe { off: (c.off & buf_mask) | q.area_token, len: c.len as u32, __pad: 0 };
+                    *q.rqes.add(idx as usize) = io_uring_zcrx_rqe { off: (c.off & buf_mask) | q.area_token, len: c.len as u32, __pad: 0 };
                 }
                 q.rq_tail = q.rq_tail.wrapping_add(1);
             }

@@ -95,9 +95,7 @@ fn parse() -> Opts {
         match k.as_str() {
             "--dev" => o.dev = val(),
             "--queue" => o.queues = vec![val().parse().unwrap_or_else(|_| usage())],
-            "--queues" => {
-                o.queues = val().split(',').map(|q| q.trim().parse().unwrap_or_else(|_| usage())).collect()
-            }
+            "--queues" => o.queues = val().split(',').map(|q| q.trim().parse().unwrap_or_else(|_| usage())).collect(),
             "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
             "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
             "--buf-size" => o.buf_size = zcrx::sys::parse_size(&val()).unwrap_or_else(|| usage()),
@@ -153,19 +151,14 @@ fn main() {
             die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, queues[0]), e)
         });
         for &q in &queues[1..] {
-            z.add_queue(ifindex, q)
-                .unwrap_or_else(|e| die(&format!("bind {} queue {} too (module too old?)", o.dev, q), e));
+            z.add_queue(ifindex, q).unwrap_or_else(|e| die(&format!("bind {} queue {} too (module too old?)", o.dev, q), e));
         }
         let list: Vec<String> = queues.iter().map(u32::to_string).collect();
         format!("{} queue{} {}", o.dev, if queues.len() > 1 { "s" } else { "" }, list.join(","))
     };
 
     // 2. An ordinary TCP socket.
-    let addr: SocketAddr = if o.v6 {
-        (Ipv6Addr::UNSPECIFIED, o.port).into()
-    } else {
-        (Ipv4Addr::UNSPECIFIED, o.port).into()
-    };
+    let addr: SocketAddr = if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
     eprintln!("zcrx-nc: listening on {addr}, {bound}, {}-byte buffers", z.buf_size());
     let pattern = match o.out {
@@ -260,23 +253,10 @@ fn progress(total: u64, copied: u64, secs: f64) {
 /// counters over its lifetime (the difference of two STATS); `buf_size`:
 /// the area's.
 #[allow(clippy::too_many_arguments)]
-fn report(
-    o: &Opts,
-    peer: &SocketAddr,
-    total: u64,
-    copied: u64,
-    secs: f64,
-    a: &zcrx_rs_stats,
-    b: &zcrx_rs_stats,
-    buf_size: usize,
-) {
+fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &zcrx_rs_stats, b: &zcrx_rs_stats, buf_size: usize) {
     let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
-    let (copy_records, refill_ok, refill_bad, alloc_fail) = (
-        b.copy_records - a.copy_records,
-        b.refill_ok - a.refill_ok,
-        b.refill_bad - a.refill_bad,
-        b.alloc_fail - a.alloc_fail,
-    );
+    let (copy_records, refill_ok, refill_bad, alloc_fail) =
+        (b.copy_records - a.copy_records, b.refill_ok - a.refill_ok, b.refill_bad - a.refill_bad, b.alloc_fail - a.alloc_fail);
     if o.json {
         eprintln!(
             "{{\"peer\":\"{peer}\",\"bytes\":{total},\"seconds\":{secs:.6},\"gbit_per_s\":{gbits:.3},\

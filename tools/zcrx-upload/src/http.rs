@@ -75,8 +75,7 @@ fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
     let mut lines = text.split("\r\n");
     let line = lines.next().unwrap_or("");
     let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err((400, "bad request line"));
     };
     if !version.starts_with("HTTP/1.") {

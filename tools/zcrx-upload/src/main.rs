@@ -79,10 +79,7 @@ fn parse_opts() -> Opts {
 fn file_name(target: &str, n: u64) -> String {
     let path = target.split(['?', '#']).next().unwrap_or("");
     let last = path.rsplit('/').next().unwrap_or("");
-    let name: String = last
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
-        .collect();
+    let name: String = last.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
     if name.is_empty() || name.starts_with('.') {
         format!("upload-{n}")
     } else {
@@ -128,9 +125,11 @@ impl Server {
         let name = file_name(&h.target, n);
         let tmp = self.dir.join(format!(".{name}.{n}.part"));
         // create_new: never through a link someone planted at that name
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(|e| {
-            reply(500, "Internal Server Error", "", &format!("cannot create {}: {e}\n", tmp.display()), true)
-        })?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| reply(500, "Internal Server Error", "", &format!("cannot create {}: {e}\n", tmp.display()), true))?;
         Ok(Upload { name, tmp, file, sha: Sha256::new(), bytes: 0, zc: 0, copied: 0, close: h.close })
     }
 
@@ -316,12 +315,7 @@ async fn run(o: Opts) -> Result<(), String> {
         while tasks.join_next().await.is_some() {}
     }
     let s = ctx.stats().map_err(|e| e.to_string())?;
-    println!(
-        "total: {} requests, {} bytes zero-copy, {} copied",
-        srv.done.load(Ordering::Relaxed),
-        s.zc_bytes,
-        s.copy_bytes
-    );
+    println!("total: {} requests, {} bytes zero-copy, {} copied", srv.done.load(Ordering::Relaxed), s.zc_bytes, s.copy_bytes);
     Ok(())
 }
 

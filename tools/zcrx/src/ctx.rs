@@ -89,12 +89,7 @@ impl Info {
     fn from_uapi(i: &zcrx_rs_info) -> Self {
         let feature = i.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0;
         let max = if feature && i.max_buf_size != 0 { i.max_buf_size } else { i.page_size };
-        Info {
-            api_version: i.api_version,
-            buf_size: i.page_size as usize,
-            max_buf_size: max as usize,
-            features: i.features,
-        }
+        Info { api_version: i.api_version, buf_size: i.page_size as usize, max_buf_size: max as usize, features: i.features }
     }
 }
 
@@ -103,19 +98,14 @@ impl Info {
 /// `ZCRX_RS_BUF_MAX_SIZE` that divides `area_len` (which is not 0).
 fn area_buf_size(area_len: usize, buf_size: usize, page: usize) -> Option<usize> {
     let bs = if buf_size == 0 { page } else { buf_size };
-    let ok = bs.is_power_of_two()
-        && bs >= page
-        && bs <= ZCRX_RS_BUF_MAX_SIZE as usize
-        && area_len != 0
-        && area_len & (bs - 1) == 0;
+    let ok = bs.is_power_of_two() && bs >= page && bs <= ZCRX_RS_BUF_MAX_SIZE as usize && area_len != 0 && area_len & (bs - 1) == 0;
     ok.then_some(bs)
 }
 
 /// The index of interface `ifname`; `ENODEV` (as BIND would say) if there
 /// is none.
 fn ifindex_of(ifname: &str) -> Result<u32> {
-    crate::sys::ifindex(ifname)
-        .map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))
+    crate::sys::ifindex(ifname).map_err(|_| Error::new(Op::Bind, std::io::Error::from_raw_os_error(libc::ENODEV)))
 }
 
 /// Counters of a context.
@@ -234,19 +224,11 @@ impl Context {
         let mut i = zcrx_rs_info::default();
         ioctl(&fd, IOC_INFO as _, &mut i as *mut _ as usize).map_err(|e| Error::new(Op::Info, e))?;
         if i.api_version != ZCRX_RS_API_VERSION {
-            return Err(Error::with_kind(
-                Op::Info,
-                ErrorKind::VersionMismatch,
-                std::io::Error::from_raw_os_error(libc::EPROTO),
-            ));
+            return Err(Error::with_kind(Op::Info, ErrorKind::VersionMismatch, std::io::Error::from_raw_os_error(libc::EPROTO)));
         }
         let page = i.page_size as usize;
         let Some(bs) = area_buf_size(area_len, buf_size, page) else {
-            return Err(Error::with_kind(
-                Op::RegisterArea,
-                ErrorKind::InvalidArgument,
-                std::io::Error::from_raw_os_error(libc::EINVAL),
-            ));
+            return Err(Error::with_kind(Op::RegisterArea, ErrorKind::InvalidArgument, std::io::Error::from_raw_os_error(libc::EINVAL)));
         };
         // Larger buffers: hugetlbfs, else plain memory (copy-only, or BIND
         // says ERANGE).
@@ -258,8 +240,7 @@ impl Context {
         };
         // A page is 0 to the module: what modules before large buffers take.
         let wire = if bs == page { 0 } else { bs as u32 };
-        let mut r =
-            zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, buf_size: wire, ..Default::default() };
+        let mut r = zcrx_rs_area_reg { addr: area.ptr as u64, len: area_len as u64, buf_size: wire, ..Default::default() };
         ioctl(&fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize).map_err(|e| Error::new(Op::RegisterArea, e))?;
         let refill = Mutex::new(Refill { ring: None, stats_at: None, orphans: Vec::new() });
         let merge = i.features & u64::from(ZCRX_RS_FEATURE_MERGE) != 0;
@@ -307,9 +288,7 @@ impl Context {
     /// [`Context::add_queue`] by interface index.
     pub fn add_queue_ifindex(&self, ifindex: u32, rxq: u32) -> Result<()> {
         let mut b = zcrx_rs_bind { ifindex, rxq, flags: ZCRX_RS_BIND_ADD_QUEUE, ..Default::default() };
-        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize)
-            .map(|_| ())
-            .map_err(|e| Error::new(Op::Bind, e))
+        ioctl(&self.shared.fd, IOC_BIND as _, &mut b as *mut _ as usize).map(|_| ()).map_err(|e| Error::new(Op::Bind, e))
     }
 
     /// Makes the context copy-only: no queue, no `CAP_NET_ADMIN` needed. Receiving
@@ -326,11 +305,7 @@ impl Context {
         let bufs = self.shared.area_len / self.shared.buf_size;
         let entries = if rq_entries != 0 { rq_entries } else { (bufs as u32).clamp(1, ZCRX_RS_RQ_MAX_ENTRIES) };
         if entries > ZCRX_RS_RQ_MAX_ENTRIES {
-            return Err(Error::with_kind(
-                Op::Bind,
-                ErrorKind::InvalidArgument,
-                std::io::Error::from_raw_os_error(libc::EINVAL),
-            ));
+            return Err(Error::with_kind(Op::Bind, ErrorKind::InvalidArgument, std::io::Error::from_raw_os_error(libc::EINVAL)));
         }
         // The lock is held across BIND: an entry written to the old ring
         // after BIND took it over would be lost. (Drops on other threads
@@ -563,13 +538,16 @@ impl Batch {
 
     /// Bytes that came zero-copy and bytes that were copied.
     pub fn split_counts(&self) -> (u64, u64) {
-        self.recs.iter().fold((0, 0), |(z, c), r| {
-            if r.flags & ZCRX_RS_REC_COPY != 0 {
-                (z, c + r.len as u64)
-            } else {
-                (z + r.len as u64, c)
-            }
-        })
+        self.recs.iter().fold(
+            (0, 0),
+            |(z, c), r| {
+                if r.flags & ZCRX_RS_REC_COPY != 0 {
+                    (z, c + r.len as u64)
+                } else {
+                    (z + r.len as u64, c)
+                }
+            },
+        )
     }
 }
 

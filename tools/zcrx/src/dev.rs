@@ -102,9 +102,7 @@ impl Mapping {
 
     pub(crate) fn shared(fd: RawFd, len: usize) -> io::Result<Self> {
         // SAFETY: maps the device's ring at offset 0; the kernel checks the length.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -141,13 +139,7 @@ impl Ring {
     /// `backlog`: entries still due from an earlier ring.
     /// `buf_size`: the area's buffer size; `ranges`: the module takes
     /// `ZCRX_RS_RQE_RANGE` entries (`ZCRX_RS_FEATURE_MERGE`).
-    pub(crate) fn new(
-        map: Mapping,
-        b: &zcrx_rs_bind,
-        backlog: Vec<(u64, u32)>,
-        buf_size: usize,
-        ranges: bool,
-    ) -> Self {
+    pub(crate) fn new(map: Mapping, b: &zcrx_rs_bind, backlog: Vec<(u64, u32)>, buf_size: usize, ranges: bool) -> Self {
         Ring { map, offsets: b.offsets, entries: b.rq_entries, tail: 0, backlog, buf_mask: !(buf_size as u64 - 1), ranges }
     }
 
@@ -410,13 +402,7 @@ impl Zcrx {
         if let Some(ring) = self.ring.as_mut() {
             ring.flush_backlog();
         }
-        let mut r = zcrx_rs_recv {
-            sockfd: sock,
-            flags,
-            recs: recs.as_mut_ptr() as u64,
-            nr_recs: recs.len() as u32,
-            ..Default::default()
-        };
+        let mut r = zcrx_rs_recv { sockfd: sock, flags, recs: recs.as_mut_ptr() as u64, nr_recs: recs.len() as u32, ..Default::default() };
         let ret = ioctl(&self.fd, IOC_RECV as _, &mut r as *mut _ as usize)?;
         debug_assert_eq!(ret as u64, r.bytes);
         Ok(Received { records: r.nr_recs as usize, bytes: r.bytes })
@@ -426,10 +412,7 @@ impl Zcrx {
     #[inline]
     pub fn data(&self, r: &Rec) -> &[u8] {
         let a = self.area.as_ref().expect("no area registered through register_area");
-        assert!(
-            r.off.checked_add(r.len as u64).is_some_and(|end| end <= a.len as u64),
-            "record outside the area"
-        );
+        assert!(r.off.checked_add(r.len as u64).is_some_and(|end| end <= a.len as u64), "record outside the area");
         // SAFETY: inside our mapping; the kernel does not write a buffer
         // while the user holds it.
         unsafe { std::slice::from_raw_parts(a.ptr.add(r.off as usize), r.len as usize) }
@@ -469,17 +452,8 @@ impl Zcrx {
         // SAFETY: inside the mapping (checked), 8-byte aligned (kernel
         // ABI); the kernel stores each word whole, so word-wise atomic
         // loads see whole values.
-        let w = |i: usize| unsafe {
-            (*r.map.ptr.add(off + 8 * i).cast::<std::sync::atomic::AtomicU64>()).load(Ordering::Relaxed)
-        };
-        Some(zcrx_rs_ring_stats {
-            zc_bytes: w(0),
-            copy_bytes: w(1),
-            copy_records: w(2),
-            alloc_fail: w(3),
-            events: w(4),
-            __resv: [0; 3],
-        })
+        let w = |i: usize| unsafe { (*r.map.ptr.add(off + 8 * i).cast::<std::sync::atomic::AtomicU64>()).load(Ordering::Relaxed) };
+        Some(zcrx_rs_ring_stats { zc_bytes: w(0), copy_bytes: w(1), copy_records: w(2), alloc_fail: w(3), events: w(4), __resv: [0; 3] })
     }
 
     /// Room left in the refill ring.

@@ -174,9 +174,7 @@ impl fmt::Display for Error {
             ErrorKind::BadMemory => "this memory cannot be an area",
             ErrorKind::NoSuchDevice => "no such network device",
             ErrorKind::NoSuchQueue => "no such rx queue",
-            ErrorKind::QueueNotCapable => {
-                "the queue cannot take a provider (header split off, hds-thresh not 0, or no queue API)"
-            }
+            ErrorKind::QueueNotCapable => "the queue cannot take a provider (header split off, hds-thresh not 0, or no queue API)",
             ErrorKind::QueueBusy => "the queue has another memory provider or XDP",
             ErrorKind::MemoryNotContiguous => {
                 "buffers larger than a page need physically contiguous memory: reserve huge pages \

@@ -303,8 +303,7 @@ pub(crate) mod tests {
 
     #[test]
     fn state_from_the_reply() {
-        let e =
-            zcrx_rs_events { arm: 3, fired: ZCRX_RS_EVENT_COPY, armed: ZCRX_RS_EVENT_ALLOC_FAIL, ..Default::default() };
+        let e = zcrx_rs_events { arm: 3, fired: ZCRX_RS_EVENT_COPY, armed: ZCRX_RS_EVENT_ALLOC_FAIL, ..Default::default() };
         let st = EventsState::from_uapi(&e);
         assert_eq!(st, EventsState { fired: Events::COPY, armed: Events::ALLOC_FAIL });
     }
@@ -367,8 +366,7 @@ pub(crate) mod tests {
             fire(&b);
             b
         });
-        let st =
-            wait_blocking(a.as_fd(), armed, Some(Instant::now() + Duration::from_secs(30)), || collect(&a)).unwrap();
+        let st = wait_blocking(a.as_fd(), armed, Some(Instant::now() + Duration::from_secs(30)), || collect(&a)).unwrap();
         assert_eq!(st.fired, Events::ALLOC_FAIL);
         let _b = t.join().unwrap();
         // the arming call had collected one: no wait

@@ -38,7 +38,5 @@ pub fn is_loaded(name: &str) -> bool {
 /// The module's reference count from /sys/module/NAME/refcnt.
 pub fn refcnt(name: &str) -> io::Result<i64> {
     let s = fs::read_to_string(Path::new("/sys/module").join(name).join("refcnt"))?;
-    s.trim()
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("refcnt: {s:?}")))
+    s.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("refcnt: {s:?}")))
 }

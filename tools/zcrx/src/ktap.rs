@@ -40,11 +40,7 @@ pub struct Totals {
 
 impl fmt::Display for Totals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "# Totals: pass:{} fail:{} xfail:0 xpass:0 skip:{} error:0",
-            self.pass, self.fail, self.skip
-        )
+        write!(f, "# Totals: pass:{} fail:{} xfail:0 xpass:0 skip:{} error:0", self.pass, self.fail, self.skip)
     }
 }
 

@@ -41,9 +41,7 @@ pub fn rx_queue_napi_id(ifindex: u32, queue: u32) -> io::Result<u32> {
             id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
         }
     });
-    id.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, format!("rx queue {queue} of ifindex {ifindex} reports no NAPI id"))
-    })
+    id.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("rx queue {queue} of ifindex {ifindex} reports no NAPI id")))
 }
 
 #[cfg(test)]

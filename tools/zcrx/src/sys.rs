@@ -19,8 +19,7 @@ pub fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
 
 /// `open(2)` with raw flags, returning an owned fd.
 pub fn open(path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     let fd = cvt(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) } as libc::c_long)?;
     // SAFETY: `open` just returned this fd and nothing else owns it.
@@ -155,8 +154,7 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
         set
     };
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } as libc::c_long)
-        .map(|_| ())
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } as libc::c_long).map(|_| ())
 }
 
 /// Sets the `SOL_SOCKET` option `opt` of socket `fd` to the int `bytes`
@@ -197,13 +195,7 @@ pub fn incoming_napi_id(fd: &impl AsRawFd) -> io::Result<u32> {
     let mut len = std::mem::size_of::<libc::c_uint>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into a live local.
     let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_INCOMING_NAPI_ID,
-            (&mut v as *mut libc::c_uint).cast(),
-            &mut len,
-        )
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID, (&mut v as *mut libc::c_uint).cast(), &mut len)
     };
     cvt(r.into()).map(|_| v)
 }
@@ -256,9 +248,7 @@ pub fn at_mark(fd: &impl AsRawFd) -> io::Result<bool> {
 pub fn recv_oob(fd: &impl AsRawFd) -> io::Result<u8> {
     let mut b = 0u8;
     // SAFETY: recv writes at most one byte into a live local.
-    let r = unsafe {
-        libc::recv(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB | libc::MSG_DONTWAIT)
-    };
+    let r = unsafe { libc::recv(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB | libc::MSG_DONTWAIT) };
     match cvt(r as libc::c_long)? {
         1 => Ok(b),
         _ => Err(io::Error::from_raw_os_error(libc::ENODATA)),

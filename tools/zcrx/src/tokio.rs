@@ -163,11 +163,7 @@ impl EventWatcher {
 /// [`Interest::PRIORITY`]) and collects with `collect` until something
 /// fired. `st`: the answer of the arming call, which may have collected
 /// events already.
-async fn wait_async(
-    fd: &AsyncFd<OwnedFd>,
-    mut st: EventsState,
-    mut collect: impl FnMut() -> Result<EventsState>,
-) -> Result<EventsState> {
+async fn wait_async(fd: &AsyncFd<OwnedFd>, mut st: EventsState, mut collect: impl FnMut() -> Result<EventsState>) -> Result<EventsState> {
     loop {
         if !st.fired.is_empty() {
             return Ok(st);

@@ -28,31 +28,22 @@ const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
 }
 
 /// `ZCRX_RS_IOC_INFO`
-pub const IOC_INFO: u32 =
-    ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO, core::mem::size_of::<zcrx_rs_info>());
+pub const IOC_INFO: u32 = ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_INFO, core::mem::size_of::<zcrx_rs_info>());
 /// `ZCRX_RS_IOC_REGISTER_AREA`
-pub const IOC_REGISTER_AREA: u32 = ioc(
-    IOC_READ | IOC_WRITE,
-    ZCRX_RS_IOC_MAGIC,
-    ZCRX_RS_IOC_NR_REGISTER_AREA,
-    core::mem::size_of::<zcrx_rs_area_reg>(),
-);
+pub const IOC_REGISTER_AREA: u32 =
+    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_REGISTER_AREA, core::mem::size_of::<zcrx_rs_area_reg>());
 /// `ZCRX_RS_IOC_BIND`
-pub const IOC_BIND: u32 =
-    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_BIND, core::mem::size_of::<zcrx_rs_bind>());
+pub const IOC_BIND: u32 = ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_BIND, core::mem::size_of::<zcrx_rs_bind>());
 /// `ZCRX_RS_IOC_RECV`
-pub const IOC_RECV: u32 =
-    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_RECV, core::mem::size_of::<zcrx_rs_recv>());
+pub const IOC_RECV: u32 = ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_RECV, core::mem::size_of::<zcrx_rs_recv>());
 /// `ZCRX_RS_IOC_STATS`
-pub const IOC_STATS: u32 =
-    ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS, core::mem::size_of::<zcrx_rs_stats>());
+pub const IOC_STATS: u32 = ioc(IOC_READ, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_STATS, core::mem::size_of::<zcrx_rs_stats>());
 /// `ZCRX_RS_IOC_UNBIND`
 pub const IOC_UNBIND: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNBIND, 0);
 /// `ZCRX_RS_IOC_UNREGISTER_AREA`
 pub const IOC_UNREGISTER_AREA: u32 = ioc(IOC_NONE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_UNREGISTER_AREA, 0);
 /// `ZCRX_RS_IOC_EVENTS`
-pub const IOC_EVENTS: u32 =
-    ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_EVENTS, core::mem::size_of::<zcrx_rs_events>());
+pub const IOC_EVENTS: u32 = ioc(IOC_READ | IOC_WRITE, ZCRX_RS_IOC_MAGIC, ZCRX_RS_IOC_NR_EVENTS, core::mem::size_of::<zcrx_rs_events>());
 
 #[cfg(test)]
 mod tests {
@@ -83,14 +74,7 @@ mod tests {
         c.push_str("return 0; }\n");
         std::fs::write(&src, c).unwrap();
         let exe = dir.join("layout");
-        let st = Command::new("cc")
-            .arg("-I")
-            .arg(&inc)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("cc");
+        let st = Command::new("cc").arg("-I").arg(&inc).arg(&src).arg("-o").arg(&exe).status().expect("cc");
         assert!(st.success(), "compiling the layout probe failed");
         let out = Command::new(&exe).output().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
@@ -132,28 +116,67 @@ mod tests {
             };
         }
         vec![
-            s!(zcrx_rs_info), o!(zcrx_rs_info, api_version), o!(zcrx_rs_info, page_size),
-            o!(zcrx_rs_info, features), o!(zcrx_rs_info, contexts), o!(zcrx_rs_info, pools),
-            o!(zcrx_rs_info, max_buf_size), o!(zcrx_rs_info, __resv),
-            s!(zcrx_rs_area_reg), o!(zcrx_rs_area_reg, addr), o!(zcrx_rs_area_reg, len),
-            o!(zcrx_rs_area_reg, flags), o!(zcrx_rs_area_reg, area_id),
-            o!(zcrx_rs_area_reg, buf_size), o!(zcrx_rs_area_reg, dmabuf_fd), o!(zcrx_rs_area_reg, __resv),
-            s!(zcrx_rs_ring_offsets), o!(zcrx_rs_ring_offsets, head), o!(zcrx_rs_ring_offsets, tail),
-            o!(zcrx_rs_ring_offsets, rqes), o!(zcrx_rs_ring_offsets, stats),
-            s!(zcrx_rs_ring_stats), o!(zcrx_rs_ring_stats, zc_bytes), o!(zcrx_rs_ring_stats, alloc_fail),
-            o!(zcrx_rs_ring_stats, events), o!(zcrx_rs_ring_stats, __resv),
-            s!(zcrx_rs_events), o!(zcrx_rs_events, arm), o!(zcrx_rs_events, fired), o!(zcrx_rs_events, armed),
+            s!(zcrx_rs_info),
+            o!(zcrx_rs_info, api_version),
+            o!(zcrx_rs_info, page_size),
+            o!(zcrx_rs_info, features),
+            o!(zcrx_rs_info, contexts),
+            o!(zcrx_rs_info, pools),
+            o!(zcrx_rs_info, max_buf_size),
+            o!(zcrx_rs_info, __resv),
+            s!(zcrx_rs_area_reg),
+            o!(zcrx_rs_area_reg, addr),
+            o!(zcrx_rs_area_reg, len),
+            o!(zcrx_rs_area_reg, flags),
+            o!(zcrx_rs_area_reg, area_id),
+            o!(zcrx_rs_area_reg, buf_size),
+            o!(zcrx_rs_area_reg, dmabuf_fd),
+            o!(zcrx_rs_area_reg, __resv),
+            s!(zcrx_rs_ring_offsets),
+            o!(zcrx_rs_ring_offsets, head),
+            o!(zcrx_rs_ring_offsets, tail),
+            o!(zcrx_rs_ring_offsets, rqes),
+            o!(zcrx_rs_ring_offsets, stats),
+            s!(zcrx_rs_ring_stats),
+            o!(zcrx_rs_ring_stats, zc_bytes),
+            o!(zcrx_rs_ring_stats, alloc_fail),
+            o!(zcrx_rs_ring_stats, events),
+            o!(zcrx_rs_ring_stats, __resv),
+            s!(zcrx_rs_events),
+            o!(zcrx_rs_events, arm),
+            o!(zcrx_rs_events, fired),
+            o!(zcrx_rs_events, armed),
             o!(zcrx_rs_events, __resv),
-            s!(zcrx_rs_bind), o!(zcrx_rs_bind, ifindex), o!(zcrx_rs_bind, rxq), o!(zcrx_rs_bind, rq_entries),
-            o!(zcrx_rs_bind, flags), o!(zcrx_rs_bind, offsets), o!(zcrx_rs_bind, mmap_len),
+            s!(zcrx_rs_bind),
+            o!(zcrx_rs_bind, ifindex),
+            o!(zcrx_rs_bind, rxq),
+            o!(zcrx_rs_bind, rq_entries),
+            o!(zcrx_rs_bind, flags),
+            o!(zcrx_rs_bind, offsets),
+            o!(zcrx_rs_bind, mmap_len),
             o!(zcrx_rs_bind, __resv),
-            s!(zcrx_rs_rqe), o!(zcrx_rs_rqe, off), o!(zcrx_rs_rqe, len), o!(zcrx_rs_rqe, flags),
-            s!(zcrx_rs_rec), o!(zcrx_rs_rec, off), o!(zcrx_rs_rec, len), o!(zcrx_rs_rec, flags),
-            s!(zcrx_rs_recv), o!(zcrx_rs_recv, sockfd), o!(zcrx_rs_recv, flags), o!(zcrx_rs_recv, recs),
-            o!(zcrx_rs_recv, nr_recs), o!(zcrx_rs_recv, __pad), o!(zcrx_rs_recv, bytes),
+            s!(zcrx_rs_rqe),
+            o!(zcrx_rs_rqe, off),
+            o!(zcrx_rs_rqe, len),
+            o!(zcrx_rs_rqe, flags),
+            s!(zcrx_rs_rec),
+            o!(zcrx_rs_rec, off),
+            o!(zcrx_rs_rec, len),
+            o!(zcrx_rs_rec, flags),
+            s!(zcrx_rs_recv),
+            o!(zcrx_rs_recv, sockfd),
+            o!(zcrx_rs_recv, flags),
+            o!(zcrx_rs_recv, recs),
+            o!(zcrx_rs_recv, nr_recs),
+            o!(zcrx_rs_recv, __pad),
+            o!(zcrx_rs_recv, bytes),
             o!(zcrx_rs_recv, __resv),
-            s!(zcrx_rs_stats), o!(zcrx_rs_stats, zc_bytes), o!(zcrx_rs_stats, copy_records),
-            o!(zcrx_rs_stats, user_held), o!(zcrx_rs_stats, free_buffers), o!(zcrx_rs_stats, __resv),
+            s!(zcrx_rs_stats),
+            o!(zcrx_rs_stats, zc_bytes),
+            o!(zcrx_rs_stats, copy_records),
+            o!(zcrx_rs_stats, user_held),
+            o!(zcrx_rs_stats, free_buffers),
+            o!(zcrx_rs_stats, __resv),
             ("ZCRX_RS_IOC_INFO".into(), IOC_INFO as u64),
             ("ZCRX_RS_IOC_REGISTER_AREA".into(), IOC_REGISTER_AREA as u64),
             ("ZCRX_RS_IOC_BIND".into(), IOC_BIND as u64),
