@@ -11,33 +11,58 @@ rc=0
 
 # KUnit: the test build of the module carries its suites; they run on load
 # (kunit.enable=1 kunit.autorun=1) and leave their KTAP in debugfs until the
-# module goes. Flatten them into one KTAP document, one line per case, and
-# fail a suite whose cases did not all run.
+# module goes. Flatten them into one KTAP document, one line per case (a
+# case's "# SKIP" kept, so that it counts as a skip), and fail a suite
+# whose cases did not all run. POSIX awk only: the guest has mawk (no
+# ENDFILE), so a suite is closed when the next file begins and at the end.
 kunit_ktap() {
 	awk '
-	FNR == 1 { suite = FILENAME; sub(/\/results$/, "", suite); sub(/.*\//, "", suite); plan = -1; ran = 0 }
+	function close_suite() {
+		if (suite != "" && (plan < 0 || ran != plan)) {
+			res[++n] = "not ok " n " kunit." suite " (ran " ran " of " plan " cases)"
+			failed = 1
+		}
+	}
+	FNR == 1 {
+		close_suite()
+		suite = FILENAME; sub(/\/results$/, "", suite); sub(/.*\//, "", suite); plan = -1; ran = 0
+	}
 	/^    1\.\.[0-9]+$/ { plan = substr($1, 4) + 0 }
 	/^    (not )?ok [0-9]+ / {
 		ran++
 		notok = ($1 == "not")
 		name = notok ? $4 : $3
-		res[++n] = (notok ? "not ok " : "ok ") n " kunit." suite "." name
+		skip = ""
+		if (match($0, /# SKIP.*/)) skip = " " substr($0, RSTART, RLENGTH)
+		res[++n] = (notok ? "not ok " : "ok ") n " kunit." suite "." name skip
 		if (notok) failed = 1
 	}
 	/^    # / && !/\.speed: / && !/# speed: / { res[++n] = ""; n--; diag[n] = diag[n] "\n# " substr($0, 7) }
-	ENDFILE {
-		if (plan < 0 || ran != plan) { res[++n] = "not ok " n " kunit." suite " (ran " ran " of " plan " cases)"; failed = 1 }
-	}
 	END {
+		close_suite()
 		print "TAP version 13"; print "1.." n
 		for (i = 1; i <= n; i++) {
 			if (diag[i - 1] != "" && i > 0) printf "%s\n", substr(diag[i - 1], 2)
 			print res[i]
-			if (res[i] ~ /^not ok/) nf++; else np++
+			if (res[i] ~ /^not ok/) nf++
+			else if (res[i] ~ /# SKIP/) ns++
+			else np++
 		}
-		printf "# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:0 error:0\n", np, nf
+		printf "# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:%d error:0\n", np, nf, ns
 		exit failed
 	}' "$@"
+}
+
+# Every suite the module's source declares must have run.
+kunit_suites_present() {
+	local s r=0
+	for s in $(grep -rhoE 'kunit_tests\(zcrx_rs_[a-z0-9_]+\)' "$TOP/rust" | sed 's/.*(\(.*\))/\1/' | sort -u); do
+		if [ ! -e "/sys/kernel/debug/kunit/$s/results" ]; then
+			echo "# kunit: suite $s (in rust/) did not run"
+			r=1
+		fi
+	done
+	return $r
 }
 
 echo "# kunit: loading $KO"
@@ -45,6 +70,7 @@ if insmod "$KO"; then
 	set -- /sys/kernel/debug/kunit/zcrx_rs_*/results
 	if [ -e "$1" ]; then
 		kunit_ktap "$@" || rc=1
+		kunit_suites_present || rc=1
 	else
 		echo "TAP version 13"; echo "1..1"
 		echo "not ok 1 kunit (no zcrx_rs suites in debugfs: not a test build, or kunit not enabled)"
