@@ -182,8 +182,8 @@ impl Area {
     /// left behind its cache (and the size of that "little"): enough for
     /// the segments that fill a hole, few enough not to stop loss recovery
     /// in a big area.
-    pub(crate) fn ofo_reserve(&self) -> usize {
-        (self.nbufs() / 8).clamp(2, 16)
+    pub(crate) fn ofo_reserve(&self) -> u32 {
+        (self.nbufs() / 8).clamp(2, 16) as u32
     }
 
     /// Whether data can be copied into the area (not a dma-buf).

@@ -230,6 +230,12 @@ impl RefillRing {
         tail.wrapping_sub(head).min(self.entries)
     }
 
+    /// Whether anything waits on the ring after `pos`: entries the user
+    /// published, or the rest of a range begun.
+    pub(crate) fn pending(&self, pos: &RingPos) -> bool {
+        pos.left > 0 || self.available(pos.head) > 0
+    }
+
     /// Hands the buffers of the next entries to `give` (true if the user
     /// held the buffer and it went back), starting with the rest of a range
     /// `pos` was in: at most `max_bufs` buffers (a bad entry counts as one)

@@ -452,8 +452,8 @@ impl Zcrx {
     /// Takes buffers from the refill ring for `batch`'s pool: those whose
     /// last reference this drops and that belong to the pool go straight
     /// into its cache (in the order the user gave them back, see
-    /// `alloc_netmems`).
-    fn refill_from_ring(&self, batch: &mut AllocBatch<'_>) {
+    /// `alloc_netmems`). Returns whether more waits on the ring.
+    fn refill_from_ring(&self, batch: &mut AllocBatch<'_>) -> bool {
         let niovs = self.area.niovs();
         let mut pos = self.ring_pos.lock();
         let t = self.ring.take(
@@ -464,6 +464,7 @@ impl Zcrx {
             self.ring.entries(),
             |idx| niovs.user_return(idx, Some(&mut *batch)),
         );
+        let more = self.ring.pending(&pos);
         drop(pos);
         if t.ok != 0 {
             self.stats.refill_ok.add(t.ok);
@@ -471,6 +472,7 @@ impl Zcrx {
         if t.bad != 0 {
             self.stats.refill_bad.add(t.bad);
         }
+        more
     }
 }
 
@@ -519,24 +521,28 @@ impl MemoryProvider for Queue {
 
     fn alloc_netmems(this: ArcBorrow<'_, Self>, batch: &mut AllocBatch<'_>) {
         let zcrx = &this.zcrx;
-        zcrx.refill_from_ring(batch);
+        let more = zcrx.refill_from_ring(batch);
         if batch.len() == 0 {
             zcrx.area
                 .niovs()
                 .alloc_free_into(batch, zcrx.area.copy_reserve());
         }
-        // Little behind the pool's cache (the ring gave what it had, the
-        // free list is down to its last few beyond the copy reserve): TCP
-        // keeps the cache's last buffers from out-of-order data (patch
-        // 34). Else that data can take all that is left, and the segment
-        // that fills its hole never finds a buffer.
+        // Little left behind the pool's cache once this batch is in it
+        // (nothing more on the ring, the free list down to its last few
+        // beyond the copy reserve): TCP keeps the cache's last buffers
+        // from out-of-order data (patch 34). Else that data can take all
+        // that is left, and the segment that fills its hole never finds a
+        // buffer. (A snapshot: another pool of the context, or copies,
+        // may drain the free list before this pool asks again.)
         let mark = zcrx.area.ofo_reserve();
-        let behind = zcrx
-            .area
-            .free_count()
-            .saturating_sub(zcrx.area.copy_reserve());
-        let low = batch.len() == 0 || (batch.room() > 0 && behind < mark);
-        batch.pool().set_reserve(if low { mark as u32 } else { 0 });
+        let low = batch.len() == 0
+            || (!more
+                && zcrx
+                    .area
+                    .free_count()
+                    .saturating_sub(zcrx.area.copy_reserve())
+                    < mark as usize);
+        batch.pool().set_reserve(if low { mark } else { 0 });
         if batch.len() == 0 {
             zcrx.stats.alloc_fail.add(1);
             zcrx.fire(ZCRX_RS_EVENT_ALLOC_FAIL);
