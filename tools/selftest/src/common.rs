@@ -88,20 +88,17 @@ pub fn refcnt() -> i64 {
 }
 
 /// A `/proc/PID/status` field in kB (`pid` "self" for this process).
-pub fn status_kb(pid: &str, field: &str) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(u64::MAX)
+pub fn status_kb(pid: &str, field: &str) -> Result<u64, String> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    s.lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .ok_or(format!("/proc/{pid}/status: no {field}"))
 }
 
 /// `VmPin` of this process (pinned pages, where areas are charged), in kB.
-pub fn vm_pinned_kb() -> u64 {
+pub fn vm_pinned_kb() -> Result<u64, String> {
     status_kb("self", "VmPin")
 }
 

@@ -973,14 +973,14 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
         if unsafe { libc::bind(pkt, (&ll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32) } < 0 {
             return Err(format!("bind(packet socket): {}", std::io::Error::last_os_error()));
         }
-        let pin0 = crate::common::vm_pinned_kb();
+        let pin0 = crate::common::vm_pinned_kb()?;
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(4 << 20).map_err(|e| e.to_string())?;
         z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
         let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let got = receive_from(&mut z, &s, &p2, 0, None)?;
-        let pinned = crate::common::vm_pinned_kb() - pin0;
+        let pinned = crate::common::vm_pinned_kb()? - pin0;
         drop(s);
         drop(z);
         Ok((got, pinned, raw6, pkt, pin0))
@@ -998,7 +998,7 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
             Ok(()) => Err(format!("{what}: the module went idle although a raw socket holds zero-copy skbs")),
             Err(_) => {
                 let i = crate::common::info()?;
-                let pin = crate::common::vm_pinned_kb() - pin0;
+                let pin = crate::common::vm_pinned_kb()? - pin0;
                 if i.areas != 1 || pin != pinned {
                     return Err(format!("{what}: areas {}, VmPin +{pin} kB; expected the area and its {pinned} kB", i.areas));
                 }
@@ -1020,7 +1020,7 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
     if queued <= 0 {
         return Fail("the packet socket has no frame queued: it saw nothing, so proves nothing".into());
     }
-    let pin = crate::common::vm_pinned_kb() - pin0;
+    let pin = tryo!(crate::common::vm_pinned_kb()) - pin0;
     if pin != 0 {
         return Fail(format!("after closing the raw socket VmPin is still +{pin} kB"));
     }
@@ -1079,7 +1079,7 @@ fn memlock_limit_is_per_user(env: &Env) -> Outcome {
     if c1.answer != "ok" {
         return Fail(format!("first process, 6 MiB of 8: {}", c1.answer));
     }
-    let (pin, lck) = (crate::common::status_kb(&c1.pid(), "VmPin"), crate::common::status_kb(&c1.pid(), "VmLck"));
+    let (pin, lck) = (tryo!(crate::common::status_kb(&c1.pid(), "VmPin")), tryo!(crate::common::status_kb(&c1.pid(), "VmLck")));
     if pin != 6144 || lck != 0 {
         return Fail(format!("first process: VmPin {pin} kB, VmLck {lck} kB; expected 6144 and 0"));
     }

@@ -100,6 +100,15 @@ impl Site {
         Ok(())
     }
 
+    /// The report line; an error if no allocation was failed at all, or
+    /// none made the call fail: the walk then proved nothing.
+    fn checked_line(&self, name: &str) -> Result<String, String> {
+        if self.points == 0 || self.errnos.is_empty() {
+            return Err(format!("{name}: no injected failure reached the caller: {}", self.line(name)));
+        }
+        Ok(self.line(name))
+    }
+
     fn line(&self, name: &str) -> String {
         let e: Vec<String> = self.errnos.iter().map(|(k, v)| format!("{k} {v}")).collect();
         format!(
@@ -139,7 +148,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             drop(z);
             idle().map_err(|e| format!("REGISTER_AREA, allocation {nth} failed: {e}"))?;
         }
-        lines.push(site.line("REGISTER_AREA"));
+        lines.push(site.checked_line("REGISTER_AREA")?);
 
         // BIND (the ring, the DMA mapping, the binding, and the queue
         // restart in the core and netdevsim with its new page pool).
@@ -152,7 +161,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             drop(z);
             idle().map_err(|e| format!("BIND, allocation {nth} failed: {e}"))?;
         }
-        lines.push(site.line("BIND (incl. the queue restart)"));
+        lines.push(site.checked_line("BIND (incl. the queue restart)")?);
 
         // RECV on the copy path (loopback data into free buffers) and
         // mmap of the ring: a bound context, a connection with data.
@@ -206,15 +215,21 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
                 break;
             }
         }
+        // RECV allocates nothing (its records and copies use what BIND
+        // set up): it reaches no fault point, which the line says.
         lines.push(site.line("RECV (copy path)"));
-        lines.push(mm.line("mmap of the ring"));
+        lines.push(mm.checked_line("mmap of the ring")?);
         Ok(lines)
     });
     let r = join(h);
+    let mut unset = Ok(());
     for (p, v) in old {
-        let _ = fs::write(&p, v);
+        if let Err(e) = fs::write(&p, v) {
+            unset = Err(format!("restoring {p}: {e}"));
+        }
     }
     let lines = tryo!(r);
+    tryo!(unset);
     for l in &lines {
         env.diag(l);
     }
@@ -231,22 +246,58 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
             receive(z, &s, &p2, None)
         });
+        // `times` counts down once per injected failure: what is left
+        // afterwards says how many there were.
+        const TIMES: u64 = 1_000_000;
+        let dirs = ["/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc"];
         let mut restore = Vec::new();
+        let mut set = Ok(());
         if atomic_fail {
-            for dir in ["/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc"] {
-                for (k, v) in [("ignore-gfp-wait", "Y"), ("task-filter", "N"), ("interval", "1"), ("times", "-1"), ("probability", "2")] {
+            'knobs: for dir in dirs {
+                for (k, v) in [
+                    ("ignore-gfp-wait", "Y".to_string()),
+                    ("task-filter", "N".into()),
+                    ("interval", "1".into()),
+                    ("times", TIMES.to_string()),
+                    ("probability", "2".into()),
+                ] {
                     let p = format!("{dir}/{k}");
-                    let was = fs::read_to_string(&p).unwrap_or_default();
-                    let _ = fs::write(&p, v);
-                    restore.push((p, was.trim().to_string()));
+                    let was = match fs::read_to_string(&p) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            set = Err(format!("{p}: {e}"));
+                            break 'knobs;
+                        }
+                    };
+                    restore.push((p.clone(), was.trim().to_string()));
+                    if let Err(e) = fs::write(&p, v) {
+                        set = Err(format!("{p}: {e}"));
+                        break 'knobs;
+                    }
                 }
             }
         }
-        let sent = join(sender(addr_a(true, port), bytes, pat, 0));
-        let rx = join(rx);
+        let sent = if set.is_ok() { join(sender(addr_a(true, port), bytes, pat, 0)) } else { Err("not sent".into()) };
+        let rx = if set.is_ok() { join(rx) } else { Err("knobs not set".into()) };
+        let injected: u64 = if atomic_fail {
+            dirs.iter()
+                .filter_map(|d| fs::read_to_string(format!("{d}/times")).ok()?.trim().parse::<u64>().ok())
+                .map(|left| TIMES - left.min(TIMES))
+                .sum()
+        } else {
+            0
+        };
         // Probability back to 0 first, whatever happened.
+        let mut unset = Ok(());
         for (p, v) in restore.iter().rev() {
-            let _ = fs::write(p, v);
+            if let Err(e) = fs::write(p, v) {
+                unset = Err(format!("restoring {p}: {e}"));
+            }
+        }
+        tryo!(set);
+        tryo!(unset);
+        if atomic_fail && injected == 0 {
+            return Fail("2% of atomic allocations were to fail, but none was failed".into());
         }
         let rx = tryo!(rx);
         tryo!(sent);
@@ -255,7 +306,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         }
         env.diag(&format!(
             "then a stream{}: {} bytes byte-exact, {} zero-copy, {} copied",
-            if atomic_fail { " with 2% of atomic allocations failing" } else { "" },
+            if atomic_fail { format!(" with 2% of atomic allocations failing ({injected} failed)") } else { String::new() },
             rx.bytes,
             rx.zc_bytes,
             rx.copy_bytes

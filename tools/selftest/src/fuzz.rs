@@ -430,7 +430,7 @@ fn fuzz_uapi(env: &Env) -> Outcome {
         t ^ u64::from(std::process::id()) << 32
     });
     env.diag(&format!("fuzz: seed {seed} ({} s; replay with --fuzz-seed {seed})", env.fuzz_seconds));
-    let pinned0 = vm_pinned_kb();
+    let pinned0 = tryo!(vm_pinned_kb());
     let n = tryo!(Nsim::up(2));
     tryo!(n.hds(true));
     let sh = Arc::new(Shared {
@@ -536,11 +536,22 @@ fn fuzz_uapi(env: &Env) -> Outcome {
             Err(e) => errs.push(e),
         }
     }
-    let resets = chaos.join().unwrap_or(0);
-    let _ = join(acceptor);
-    let sent = join(sender).unwrap_or(0);
+    let resets = chaos.join().map_err(|_| "the queue-reset thread panicked".to_string());
+    let accepted = join(acceptor);
+    // Writes fail when a worker closes a socket (that is the point); the
+    // sender itself must not.
+    let sent = join(sender);
     if !errs.is_empty() {
         return Fail(format!("workers: {}", errs.join("; ")));
+    }
+    let (resets, sent) = (tryo!(resets), tryo!(sent));
+    tryo!(accepted.map_err(|e| format!("acceptor: {e}")));
+    // The run did what it says: traffic, reads, queue restarts. (Whether
+    // a random worker reads zero-copy in a short run is chance: a run of
+    // 20 s had none; the share is reported, not required.)
+    let (got, zc) = (sh.bytes.load(Ordering::Relaxed), sh.zc_bytes.load(Ordering::Relaxed));
+    if sent == 0 || got == 0 || resets == 0 {
+        return Fail(format!("the run did nothing: sent {sent}, received {got} ({zc} zero-copy), {resets} queue resets"));
     }
     if let Some(n) = tally.0.get("register_ring ok") {
         return Fail(format!("a refill ring was accepted as an area {n} times"));
@@ -551,7 +562,7 @@ fn fuzz_uapi(env: &Env) -> Outcome {
     drop(left);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(60)));
-    let pinned = vm_pinned_kb();
+    let pinned = tryo!(vm_pinned_kb());
     if pinned != pinned0 {
         return Fail(format!("VmPin {pinned} kB after the run, {pinned0} kB before"));
     }

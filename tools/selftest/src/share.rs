@@ -199,7 +199,7 @@ fn context_shared_across_processes(env: &Env) -> Outcome {
     if feat & u64::from(zcrx::uapi::ZCRX_RS_FEATURE_SHARE) == 0 {
         return Fail(format!("INFO lacks ZCRX_RS_FEATURE_SHARE: {feat:#x}"));
     }
-    let pinned0 = vm_pinned_kb();
+    let pinned0 = tryo!(vm_pinned_kb());
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let (a_idx, port) = (n.a_idx, 7130u16);
@@ -257,7 +257,7 @@ fn context_shared_across_processes(env: &Env) -> Outcome {
         return Fail(format!("zero-copy {} and {} do not exceed the {} area: {}", mib(zc1), mib(zc2), mib(area as u64), lines.join("; ")));
     }
     tryo!(wait_idle(Duration::from_secs(30)));
-    let pinned = vm_pinned_kb();
+    let pinned = tryo!(vm_pinned_kb());
     if pinned != pinned0 {
         return Fail(format!("VmPin {pinned} kB after, {pinned0} kB before"));
     }

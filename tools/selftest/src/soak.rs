@@ -67,7 +67,7 @@ fn soak(env: &Env) -> Outcome {
         return Skip("no --soak-seconds given".into());
     }
     tryo!(ensure_loaded(env));
-    let pinned0 = vm_pinned_kb();
+    let pinned0 = tryo!(vm_pinned_kb());
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     // netdevsim drops what finds no buffer in a dry pool, as hardware does
@@ -176,30 +176,41 @@ fn soak(env: &Env) -> Outcome {
     // Chaos: restart the queue, every mode.
     let st = stop.clone();
     let chaos = std::thread::spawn(move || {
-        let mut resets = 0u64;
+        let (mut resets, mut failed) = (0u64, std::collections::BTreeMap::<String, u64>::new());
         let mut k = 7u64;
         let path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/queue_reset";
         while !st.load(Ordering::Relaxed) {
             k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             sleep(Duration::from_millis(300 + (k >> 40) % 1200));
-            if std::fs::write(path, format!("0 {}", (k >> 30) % 4)).is_ok() {
-                resets += 1;
+            match std::fs::write(path, format!("0 {}", (k >> 30) % 4)) {
+                Ok(()) => resets += 1,
+                Err(e) => *failed.entry(e.to_string()).or_default() += 1,
             }
         }
-        resets
+        (resets, failed)
     });
     let got = join(rx);
     stop.store(true, Ordering::Relaxed);
-    let resets = chaos.join().unwrap_or(0);
+    let (resets, reset_errors) = chaos.join().unwrap_or_default();
     let sent = join(tx);
     let c = tryo!(got);
     let sent = tryo!(sent);
     if c.bytes != sent {
         return Fail(format!("received {} of {sent} bytes", c.bytes));
     }
+    // A soak that restarted nothing, or whose restarts failed, soaked
+    // nothing: every write of queue_reset must have worked.
+    if resets == 0 || !reset_errors.is_empty() {
+        return Fail(format!("{resets} queue resets done, failed writes: {reset_errors:?}"));
+    }
+    // Restarts and rebinds do not make the provider copy: every stream is
+    // received through a binding, into buffers netdevsim wrote.
+    if c.zc != c.bytes {
+        return Fail(format!("{} of {} bytes zero-copy", c.zc, c.bytes));
+    }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(30)));
-    let pinned = vm_pinned_kb();
+    let pinned = tryo!(vm_pinned_kb());
     if pinned != pinned0 {
         return Fail(format!("VmPin {pinned} kB after the run, {pinned0} kB before"));
     }

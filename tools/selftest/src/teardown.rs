@@ -86,6 +86,9 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
         let l = std::net::TcpListener::bind(("::", 7101)).map_err(|e| e.to_string())?;
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
         let rx = receive(&mut z, &s, &p2, Some(4 << 20))?;
+        if rx.zc_bytes == 0 {
+            return Err(format!("bound: {} received, none zero-copy", rx.bytes));
+        }
         rmmod_refused().map_err(|e| format!("streaming: {e}"))?;
         z.unbind().map_err(|e| format!("unbind: {e}"))?;
         rmmod_refused().map_err(|e| format!("unbound, context open: {e}"))?;
@@ -93,9 +96,14 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
         let rest = receive_from(&mut z, &s, &p2, rx.bytes, None)?;
         Ok(rx.bytes + rest.bytes)
     });
-    let tx = sender(addr_a(true, 7101), env.bytes(16 << 20), pat, 0);
-    let _ = join(tx);
-    let got = tryo!(join(h));
+    let bytes = env.bytes(16 << 20);
+    let tx = sender(addr_a(true, 7101), bytes, pat, 0);
+    let sent = join(tx);
+    let got = tryo!(join(h).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
+    let sent = tryo!(sent);
+    if sent != bytes || got != bytes {
+        return Fail(format!("sent {sent}, received {got} of {bytes}"));
+    }
     // The context is closed; the old page pool may linger a second.
     tryo!(wait_idle(Duration::from_secs(10)));
     tryo!(rmmod_eventually(Duration::from_secs(10)));
@@ -119,10 +127,10 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
     let pat = Arc::new(Pattern::new(6));
     let p2 = pat.clone();
     let h = in_netns(NS_A, move || {
-        let base = vm_pinned_kb();
+        let base = vm_pinned_kb()?;
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(2048 * page_size()).map_err(|e| e.to_string())?;
-        let charged = vm_pinned_kb();
+        let charged = vm_pinned_kb()?;
         z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
         let l = std::net::TcpListener::bind(("::", 7103)).map_err(|e| e.to_string())?;
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -137,14 +145,14 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
         // which may wait for deferred skb frees (see kick_softirqs).
         let t0 = Instant::now();
         let mut kicked = Instant::now();
-        while vm_pinned_kb() != base && t0.elapsed() < Duration::from_secs(15) {
+        while vm_pinned_kb()? != base && t0.elapsed() < Duration::from_secs(15) {
             if kicked.elapsed() > Duration::from_secs(2) {
                 crate::common::kick_softirqs();
                 kicked = Instant::now();
             }
             sleep(Duration::from_millis(100));
         }
-        Ok((base, charged, vm_pinned_kb(), got.records, held))
+        Ok((base, charged, vm_pinned_kb()?, got.records, held))
     });
     let _ = join(sender(addr_a(true, 7103), env.bytes(64 << 20), pat, 0));
     let (base, charged, after, recs, held) = tryo!(join(h));
