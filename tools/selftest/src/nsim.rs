@@ -34,7 +34,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
 /// Waits until `cond` holds for netdevsim's counters of the receiver's
 /// queue 0; gives up after `limit` (a bound for a hang, not a deadline: the
 /// condition is met within milliseconds when things work).
-fn wait_stats(limit: Duration, what: &str, cond: impl Fn(&net::HdsStats) -> bool) -> Result<net::HdsStats, String> {
+pub(crate) fn wait_stats(limit: Duration, what: &str, cond: impl Fn(&net::HdsStats) -> bool) -> Result<net::HdsStats, String> {
     let t0 = Instant::now();
     loop {
         let st = net::hds_stats(1, 0)?;

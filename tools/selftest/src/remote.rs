@@ -782,17 +782,10 @@ fn ofo_parkers(env: &Env, bufs: usize, conns: u32, segs: u32, port: u16) -> Outc
     let (a, sessions) = tryo!(join(attacker));
     // every segment was split into the area or dropped for want of a
     // buffer: netdevsim saw them all
-    let t0 = Instant::now();
-    loop {
-        let d = tryo!(n.stats(1, 0)).since(&before);
-        if d.dma_packets + d.drop_no_buf >= u64::from(conns * segs) {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Fail(format!("netdevsim saw {} of the attacker's {} segments", d.dma_packets + d.drop_no_buf, conns * segs));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    tryo!(crate::nsim::wait_stats(Duration::from_secs(10), "netdevsim saw every segment of the attacker", |st| {
+        let d = st.since(&before);
+        d.dma_packets + d.drop_no_buf >= u64::from(conns * segs)
+    }));
     let parked = tryo!(pkt::Snmp::read(NS_A).and_then(|s| s.since(&snmp0, "TcpExt:TCPOFOQueue")));
     let t0 = Instant::now();
     // A bound for a stall (writes without progress), not a deadline: with
