@@ -504,6 +504,13 @@ pub(crate) struct Received {
     pub(crate) bytes: u64,
 }
 
+/// How many buffers of `1 << shift` bytes a merged record may take after
+/// its first: the whole record within `ZCRX_RS_RANGE_MAX_BUFS` buffers (one
+/// range entry gives it back) and `u32::MAX` bytes (its `len`).
+fn merge_extra_bufs(shift: u32) -> usize {
+    (ZCRX_RS_RANGE_MAX_BUFS as usize).min((u32::MAX >> shift.min(31)) as usize) - 1
+}
+
 /// Receives from `sock` into at most `cap` records written to `sink`.
 ///
 /// Like `recv()`: blocks until data arrives unless `nonblock` (then
@@ -532,12 +539,7 @@ pub(crate) fn recv<S: RecordSink>(
         batch: RecordBatch::new(sink, cap),
         next: NextBuf::none(zcrx.area().niovs()),
         run_len: 0,
-        // Up to ZCRX_RS_RANGE_MAX_BUFS buffers and u32::MAX bytes.
-        merge_bufs: if merge {
-            (ZCRX_RS_RANGE_MAX_BUFS as usize).min((u32::MAX >> shift.min(31)) as usize) - 1
-        } else {
-            0
-        },
+        merge_bufs: if merge { merge_extra_bufs(shift) } else { 0 },
         stop: None,
         tally: Tally::default(),
         copy_budget: COPY_BUDGET,
@@ -681,6 +683,18 @@ mod tests {
             len: 100,
             flags: 0,
         }
+    }
+
+    #[test]
+    fn merged_records_fit_one_range_entry() -> Result {
+        for shift in 12..=31u32 {
+            let bufs = merge_extra_bufs(shift) + 1;
+            assert!(bufs <= ZCRX_RS_RANGE_MAX_BUFS as usize);
+            assert!((bufs as u64) << shift <= u64::from(u32::MAX));
+        }
+        // 4 KiB buffers: a record may fill a whole range entry.
+        assert_eq!(merge_extra_bufs(12) + 1, ZCRX_RS_RANGE_MAX_BUFS as usize);
+        Ok(())
     }
 
     #[test]
