@@ -20,10 +20,11 @@ fi
 echo "# zcrx-guest: $(uname -r), $(nproc) vCPUs, $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
 "$@"
 rc=$?
-# If kmemleak is there (debug flavour), let it report into the kernel log.
+# If kmemleak is there (debug flavour), let it report into the kernel log;
+# it reports no object younger than 5 s, so the second scan waits 6 s.
 if [ -w /sys/kernel/debug/kmemleak ]; then
 	echo scan > /sys/kernel/debug/kmemleak
-	sleep 1
+	sleep 6
 	echo scan > /sys/kernel/debug/kmemleak
 fi
 echo "zcrx-guest: exit $rc" > /dev/kmsg
