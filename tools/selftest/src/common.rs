@@ -6,6 +6,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -56,15 +57,40 @@ pub fn kick_softirqs() {
     }
 }
 
+/// Pages pinned with `FOLL_PIN` in the whole system and not yet unpinned
+/// (`/proc/vmstat`: `nr_foll_pin_acquired - nr_foll_pin_released`). The
+/// kernel counts these itself, independent of the module's own
+/// `pinned_pages` gauge and of the `VmPin` charge: an area whose pages are
+/// charged and uncharged but never unpinned shows here.
+pub fn foll_pins() -> Result<i64, String> {
+    let s = fs::read_to_string("/proc/vmstat").map_err(|e| format!("/proc/vmstat: {e}"))?;
+    let field = |name: &str| -> Result<i64, String> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or(format!("/proc/vmstat: no {name}"))
+    };
+    Ok(field("nr_foll_pin_acquired")? - field("nr_foll_pin_released")?)
+}
+
+/// [`foll_pins`] before the first test (main sets it): what [`wait_idle`]
+/// expects back.
+pub static FOLL_PIN_BASE: OnceLock<i64> = OnceLock::new();
+
 /// Waits up to `t` for the module to have no objects in use besides the
-/// probing context; Err describing what is left.
+/// probing context, and the system's `FOLL_PIN` pages back where they were
+/// before the first test; Err describing what is left.
 pub fn wait_idle(t: Duration) -> Result<(), String> {
     let t0 = Instant::now();
     let mut kicked = Instant::now();
     loop {
         let i = info()?;
+        let pins = match FOLL_PIN_BASE.get() {
+            Some(&base) => foll_pins()? - base,
+            None => 0,
+        };
         let idle = i.contexts == 1 && i.areas == 0 && i.pinned_pages == 0 && i.providers == 0 && i.pools == 0;
-        if idle {
+        if idle && pins == 0 {
             return Ok(());
         }
         if kicked.elapsed() > Duration::from_secs(2) {
@@ -74,12 +100,72 @@ pub fn wait_idle(t: Duration) -> Result<(), String> {
         if t0.elapsed() > t {
             return Err(format!(
                 "module not back to baseline after {:?}: contexts {} (1 is the probe), areas {}, pinned pages {}, \
-                 providers {}, pools {}",
+                 providers {}, pools {}; FOLL_PIN pages still pinned since the first test: {pins}",
                 t, i.contexts, i.areas, i.pinned_pages, i.providers, i.pools
             ));
         }
         sleep(Duration::from_millis(100));
     }
+}
+
+/// The calling thread's id, for [`wait_sleeping_in`].
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Waits up to `t` until thread `tid` of this process sleeps inside system
+/// call `nr` (`/proc/self/task/TID/syscall` names the call a blocked thread
+/// is in, its `stat` says `S`): a test that needs another thread to be
+/// waiting in RECV observes it instead of guessing with a sleep.
+pub fn wait_sleeping_in(tid: i32, nr: libc::c_long, t: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let task = format!("/proc/self/task/{tid}");
+    loop {
+        let call = fs::read_to_string(format!("{task}/syscall")).map_err(|e| format!("{task}/syscall: {e}"))?;
+        let stat = fs::read_to_string(format!("{task}/stat")).map_err(|e| format!("{task}/stat: {e}"))?;
+        // "pid (comm) S ...": the state follows the last ')'.
+        let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("?");
+        let in_call = call.split_whitespace().next().and_then(|v| v.parse::<libc::c_long>().ok());
+        if state == "S" && in_call == Some(nr) {
+            return Ok(());
+        }
+        if t0.elapsed() > t {
+            return Err(format!("thread {tid} not sleeping in system call {nr} after {t:?}: state {state}, syscall {}", call.trim()));
+        }
+        sleep(Duration::from_millis(2));
+    }
+}
+
+const KMEMLEAK: &str = "/sys/kernel/debug/kmemleak";
+
+/// Whether the kernel has kmemleak (the debug kernel).
+pub fn kmemleak_present() -> bool {
+    fs::metadata(KMEMLEAK).is_ok()
+}
+
+/// Scans for leaks now (`last`: after waiting out kmemleak's 5 s minimum
+/// age, so that objects leaked by the last tests are old enough to be
+/// reported): Fail with kmemleak's report when it suspects any object,
+/// which it then clears so the next scan reports only new ones.
+pub fn kmemleak_scan(last: bool) -> zcrx::ktap::Outcome {
+    use zcrx::ktap::Outcome::*;
+    if last {
+        sleep(Duration::from_secs(6));
+    }
+    if let Err(e) = fs::write(KMEMLEAK, "scan") {
+        return Fail(format!("{KMEMLEAK}: scan: {e}"));
+    }
+    let report = match fs::read_to_string(KMEMLEAK) {
+        Ok(r) => r,
+        Err(e) => return Fail(format!("{KMEMLEAK}: {e}")),
+    };
+    let n = report.lines().filter(|l| l.starts_with("unreferenced object")).count();
+    if n == 0 {
+        return Pass;
+    }
+    let _ = fs::write(KMEMLEAK, "clear");
+    Fail(format!("kmemleak suspects {n} objects:\n{}", report.lines().take(40).collect::<Vec<_>>().join("\n")))
 }
 
 /// The module's reference count.

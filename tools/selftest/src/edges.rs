@@ -737,8 +737,9 @@ fn taken_over(env: &Env, how: Taker) -> Outcome {
         // sender go on.
         let fd = s.as_raw_fd();
         let mut s2 = s.try_clone().map_err(|e| e.to_string())?;
+        let me = crate::common::gettid();
         let taker = std::thread::spawn(move || -> Result<i32, String> {
-            std::thread::sleep(Duration::from_millis(500));
+            crate::common::wait_sleeping_in(me, libc::SYS_ioctl, Duration::from_secs(20))?;
             let map = match how {
                 Taker::Sockmap => sockmap_insert(fd)?,
                 Taker::Ktls => {
@@ -886,6 +887,7 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
     // TLS 1.3: ciphertext, the inner content type, the 16-byte tag.
     let body = 4096usize + 17;
     let port = 7306;
+    let (header_tx, header_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let rx = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(4 << 20).map_err(|e| e.to_string())?;
@@ -894,9 +896,9 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
         s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
         ktls(s.as_raw_fd(), 2, TLS13)?;
         s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
-        // The header is in the socket (readable): now bind, then ask for
-        // the body.
-        std::thread::sleep(Duration::from_millis(500));
+        // The header is in the socket (readable; the sender saw it
+        // acknowledged): now bind, then ask for the body.
+        header_rx.recv_timeout(Duration::from_secs(60)).map_err(|e| format!("waiting for the header: {e}"))??;
         z.bind(a_idx, 0, 0).map_err(|e| format!("BIND: {e}"))?;
         s.write_all(b"b").map_err(|e| format!("go body: {e}"))?;
         let mut buf = vec![0u8; 64 << 10];
@@ -915,9 +917,12 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
         // Application data (legacy version 3.3), `body` bytes.
         let hdr = [0x17, 3, 3, (body >> 8) as u8, body as u8];
         c.write_all(&hdr).map_err(|e| format!("send header: {e}"))?;
+        let _ = header_tx.send(crate::net::wait_acked(&c, Duration::from_secs(60)));
         std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go body: {e}"))?;
         let _ = c.write_all(&vec![0x5a; body]);
-        std::thread::sleep(Duration::from_millis(500));
+        // Open until the receiver has tried the record and closed.
+        c.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let _ = std::io::Read::read(&mut c, &mut go);
         Ok::<_, String>(())
     });
     let err = tryo!(join(rx));

@@ -105,9 +105,15 @@ fn dry_then_drain(z: &mut Zcrx, s: &TcpStream, pat: &Pattern) -> Result<Seen, St
     let mut recs = vec![Rec::default(); 128];
     let mut dry = false;
     let t0 = Instant::now();
+    // The event is what lets this receiver go on: without it (or without
+    // the wake-up) nothing moves. 60 s without a byte or the event fails.
+    let mut progress = Instant::now();
     loop {
         if t0.elapsed() > Duration::from_secs(600) {
             return Err(format!("no end after 600 s and {} bytes (event seen: {dry})", seen.bytes));
+        }
+        if progress.elapsed() > Duration::from_secs(60) {
+            return Err(format!("nothing for 60 s after {} bytes, holding {} buffers (event seen: {dry})", seen.bytes, held.len()));
         }
         let ready = ep.wait(1000)?;
         if !dry && ready.iter().any(|r| r.0 == z.raw_fd() && r.1 & libc::EPOLLPRI as u32 != 0) {
@@ -117,6 +123,7 @@ fn dry_then_drain(z: &mut Zcrx, s: &TcpStream, pat: &Pattern) -> Result<Seen, St
             seen.held_at_event = held.len();
             seen.alloc_fail_at_event = z.stats().map_err(|e| format!("stats: {e}"))?.alloc_fail;
             dry = true;
+            progress = Instant::now();
             z.refill(&held).map_err(|e| format!("refill: {e}"))?;
             held.clear();
             // Collected: the context is not ready any more.
@@ -135,6 +142,7 @@ fn dry_then_drain(z: &mut Zcrx, s: &TcpStream, pat: &Pattern) -> Result<Seen, St
         if got.bytes == 0 {
             break;
         }
+        progress = Instant::now();
         for r in &recs[..got.records] {
             if let Some(bad) = pat.check(seen.bytes, z.data(r)) {
                 return Err(format!("payload mismatch at stream offset {bad}"));

@@ -117,7 +117,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--list] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--list] [--fail-fast] [TEST...]");
     exit(2);
 }
 
@@ -168,10 +168,15 @@ fn child_register(bytes: usize, limit: u64) -> ! {
     exit(0);
 }
 
+/// Tests between two kmemleak scans (a scan takes seconds on the debug
+/// kernel).
+const KMEMLEAK_GROUP: usize = 12;
+
 fn main() {
     let mut module = None;
     let mut only = Vec::new();
     let mut list = false;
+    let mut fail_fast = false;
     let mut big_stream = 1u64 << 30;
     let mut scale_down = 1u64;
     let mut fuzz_seconds = 0u64;
@@ -210,6 +215,7 @@ fn main() {
             "--fuzz-net-seed" => fuzz_net_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
             "--soak-seconds" => soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--list" => list = true,
+            "--fail-fast" => fail_fast = true,
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
             s => only.push(s.to_string()),
@@ -225,7 +231,12 @@ fn main() {
     let Some(module) = module else { usage() };
     let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed, fuzz_net_seconds, fuzz_net_seed, soak_seconds };
 
-    let mut k = Ktap::new(std::io::stdout(), tests.len());
+    // kmemleak (the debug kernel): a scan after every KMEMLEAK_GROUP tests
+    // and one at the end, each a result of its own, so a leak is reported
+    // near the tests that made it.
+    let kmemleak = common::kmemleak_present();
+    let groups = if kmemleak { tests.len().div_ceil(KMEMLEAK_GROUP) } else { 0 };
+    let mut k = Ktap::new(std::io::stdout(), tests.len() + groups);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         k.diag("not root: module and device tests need CAP_SYS_MODULE and CAP_NET_ADMIN");
@@ -243,11 +254,31 @@ fn main() {
         Ok(()) => k.diag("tcp_rmem 4096 131072 4194304: every area here exceeds what its sockets can hold"),
         Err(e) => k.diag(&format!("cannot set tcp_rmem ({e}): small-area tests may stall")),
     }
-    for (name, f) in tests {
+    match common::foll_pins() {
+        Ok(p) => {
+            let _ = common::FOLL_PIN_BASE.set(p);
+            k.diag(&format!("FOLL_PIN pages pinned before the first test: {p} (every test's wait_idle expects them back)"));
+        }
+        Err(e) => k.diag(&format!("{e}: pinned pages are checked through the module's counters only")),
+    }
+    let count = tests.len();
+    let mut first = 0;
+    for (i, (name, f)) in tests.into_iter().enumerate() {
         let t0 = std::time::Instant::now();
         let o = f(&env);
         k.diag(&format!("{name}: {:.1} s", t0.elapsed().as_secs_f64()));
         k.result(name, &o);
+        if fail_fast && matches!(o, Outcome::Fail(_)) {
+            k.diag("--fail-fast: stopping at the first failed test");
+            break;
+        }
+        if kmemleak && ((i + 1) % KMEMLEAK_GROUP == 0 || i + 1 == count) {
+            let t0 = std::time::Instant::now();
+            let o = common::kmemleak_scan(i + 1 == count);
+            k.diag(&format!("kmemleak scan after tests {}-{}: {:.1} s", first + 1, i + 1, t0.elapsed().as_secs_f64()));
+            k.result(&format!("kmemleak_after_{name}"), &o);
+            first = i + 1;
+        }
     }
     let (_, code) = k.finish();
     exit(code);

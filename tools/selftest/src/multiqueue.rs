@@ -7,14 +7,13 @@
 
 use std::net::{Ipv6Addr, TcpListener, TcpStream};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zcrx::ktap::Outcome::{self, *};
 use zcrx::{Context, Pattern};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
-use crate::net::{self, addr_a, in_netns, join, sender, Nsim, NS_A};
+use crate::net::{self, addr_a, flow_seed, flow_sender, in_netns, join, Nsim, NS_A};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("one_context_four_queues_rss", one_context_four_queues_rss)];
@@ -125,11 +124,11 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
                 return Err(e);
             }
         };
-        let pat = Arc::new(Pattern::new(seed));
         let mut threads = Vec::new();
         for _ in 0..FLOWS {
-            let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
-            let (c, p) = (ctx.clone(), pat.clone());
+            let (s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            // Each flow its own data: a buffer of another flow fails.
+            let (c, p) = (ctx.clone(), Pattern::new(flow_seed(seed, peer.port())));
             threads.push(std::thread::spawn(move || receive_one(&c, &s, &p)));
         }
         let mut got = Vec::new();
@@ -152,8 +151,7 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
         }
         Err(_) => return Fail(format!("receiver: {:?}", join(rx).err())),
     }
-    let pat = Arc::new(Pattern::new(seed));
-    let senders: Vec<_> = (0..FLOWS).map(|i| sender(addr_a(true, PORT), per, pat.clone(), i % 2)).collect();
+    let senders: Vec<_> = (0..FLOWS).map(|i| flow_sender(addr_a(true, PORT), per, seed, i % 2)).collect();
     let mut sent_err = None;
     for s in senders {
         match join(s) {

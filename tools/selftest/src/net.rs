@@ -305,8 +305,47 @@ pub fn local_sender(to: SocketAddr, bytes: u64, pat: Arc<Pattern>) -> JoinHandle
     std::thread::spawn(move || send_pattern(to, bytes, &pat, Duration::from_secs(60)))
 }
 
+/// Waits up to `t` until the peer has acknowledged everything written to
+/// `s` (`SIOCOUTQ` is 0): the bytes are in the peer's socket.
+pub fn wait_acked(s: &impl AsRawFd, t: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        let mut outq: libc::c_int = 0;
+        zcrx::sys::ioctl(s, libc::TIOCOUTQ as libc::c_ulong, &mut outq as *mut libc::c_int as usize)
+            .map_err(|e| format!("SIOCOUTQ: {e}"))?;
+        if outq == 0 {
+            return Ok(());
+        }
+        if t0.elapsed() > t {
+            return Err(format!("{outq} bytes not acknowledged after {t:?}"));
+        }
+        sleep(Duration::from_millis(2));
+    }
+}
+
+/// The seed of a flow's data: `base` and the sender's port, so that every
+/// connection of a test carries data of its own and a buffer delivered to
+/// the wrong socket (or a stale one, at the same offset) fails the check.
+/// The receiver finds the port in `accept()`'s peer address.
+pub fn flow_seed(base: u64, port: u16) -> u64 {
+    base ^ (u64::from(port) << 40)
+}
+
+/// [`sender`] whose data is seeded by [`flow_seed`]`(base, its own port)`.
+pub fn flow_sender(to: SocketAddr, bytes: u64, base: u64, cpu: usize) -> JoinHandle<Result<u64, String>> {
+    in_netns(NS_B, move || {
+        let _ = zcrx::sys::pin_to_cpu(cpu);
+        let s = connect(to, Duration::from_secs(60))?;
+        let port = s.local_addr().map_err(|e| format!("local address: {e}"))?.port();
+        send_on(s, bytes, &Pattern::new(flow_seed(base, port)))
+    })
+}
+
 fn send_pattern(to: SocketAddr, bytes: u64, pat: &Pattern, timeout: Duration) -> Result<u64, String> {
-    let mut s = connect(to, timeout)?;
+    send_on(connect(to, timeout)?, bytes, pat)
+}
+
+fn send_on(mut s: TcpStream, bytes: u64, pat: &Pattern) -> Result<u64, String> {
     let mut off = 0u64;
     while off < bytes {
         let n = ((bytes - off) as usize).min(256 << 10);

@@ -23,10 +23,13 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{Pattern, Zcrx};
 
 use crate::common::{ensure_loaded, mib, vm_pinned_kb, wait_idle};
-use crate::net::{addr_a, connect, in_netns, join, receive, tcp_info_line, Nsim, NS_A, NS_B};
+use crate::net::{addr_a, connect, flow_seed, in_netns, join, receive, tcp_info_line, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("soak_streams_restarts_rebinds", soak)];
+
+/// The base of every stream's seed (see [`one`]).
+const SEED: u64 = 1;
 
 #[derive(Default)]
 struct Counts {
@@ -37,15 +40,18 @@ struct Counts {
     contexts: u64,
 }
 
-/// Takes one stream: accept, go byte, receive to the end byte-exact.
+/// Takes one stream: accept, go byte, receive to the end byte-exact. Each
+/// stream carries data of its own ([`flow_seed`] of the sender's port): a
+/// buffer left over from an earlier stream, or from before a queue
+/// restart, fails the check even at the same offset.
 /// The listener is non-blocking: a sender that gave up must not leave the
 /// receiver waiting for good. A stream that makes no progress for 10 s gets
 /// a stall report (the receive loop's `SO_RCVTIMEO` case).
-fn one(z: &mut Zcrx, l: &TcpListener, pat: &Pattern, c: &mut Counts) -> Result<(), String> {
+fn one(z: &mut Zcrx, l: &TcpListener, seed: u64, c: &mut Counts) -> Result<(), String> {
     let t0 = Instant::now();
-    let mut s = loop {
+    let (mut s, peer) = loop {
         match l.accept() {
-            Ok((s, _)) => break s,
+            Ok(v) => break v,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && t0.elapsed() < Duration::from_secs(120) => {
                 sleep(Duration::from_millis(20))
             }
@@ -55,7 +61,7 @@ fn one(z: &mut Zcrx, l: &TcpListener, pat: &Pattern, c: &mut Counts) -> Result<(
     s.set_nonblocking(false).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
-    let rx = receive(z, &s, pat, None)?;
+    let rx = receive(z, &s, &Pattern::new(flow_seed(seed, peer.port())), None)?;
     c.streams += 1;
     c.bytes += rx.bytes;
     c.zc += rx.zc_bytes;
@@ -91,7 +97,6 @@ fn soak(env: &Env) -> Outcome {
     let rx = in_netns(NS_A, move || -> Result<Counts, String> {
         let l = TcpListener::bind(("::", port)).map_err(|e| e.to_string())?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let pat = Pattern::new(1);
         let mut c = Counts::default();
         let mut p = Zcrx::open().map_err(|e| e.to_string())?;
         p.register_area(32 << 20).map_err(|e| e.to_string())?;
@@ -102,7 +107,7 @@ fn soak(env: &Env) -> Outcome {
             p.bind(a_idx, 0, 0).map_err(|e| format!("persistent BIND: {e}"))?;
             c.binds += 1;
             for _ in 0..3 {
-                one(&mut p, &l, &pat, &mut c).map_err(|e| format!("persistent: {e}"))?;
+                one(&mut p, &l, SEED, &mut c).map_err(|e| format!("persistent: {e}"))?;
             }
             p.unbind().map_err(|e| format!("persistent UNBIND: {e}"))?;
             let mut z = Zcrx::open().map_err(|e| e.to_string())?;
@@ -111,7 +116,7 @@ fn soak(env: &Env) -> Outcome {
             for round in 0..2 {
                 z.bind(a_idx, 0, 0).map_err(|e| format!("new context BIND {round}: {e}"))?;
                 c.binds += 1;
-                one(&mut z, &l, &pat, &mut c).map_err(|e| format!("new context: {e}"))?;
+                one(&mut z, &l, SEED, &mut c).map_err(|e| format!("new context: {e}"))?;
                 z.unbind().map_err(|e| format!("new context UNBIND: {e}"))?;
             }
             drop(z);
@@ -134,13 +139,16 @@ fn soak(env: &Env) -> Outcome {
     });
     let st = stop.clone();
     let tx = in_netns(NS_B, move || -> Result<u64, String> {
-        let pat = Pattern::new(1);
         let mut sent = 0u64;
         let mut k = 1u64;
         while !st.load(Ordering::Relaxed) {
             let Ok(mut c) = connect(addr_a(true, port), Duration::from_secs(10)) else {
                 sleep(Duration::from_millis(100));
                 continue;
+            };
+            let pat = match c.local_addr() {
+                Ok(a) => Pattern::new(flow_seed(SEED, a.port())),
+                Err(e) => return Err(format!("local address: {e}")),
             };
             let mut go = [0u8; 1];
             if std::io::Read::read_exact(&mut c, &mut go).is_err() {

@@ -328,11 +328,14 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
     let bytes = env.bytes(8 << 20) + 1000;
     let pat = Arc::new(Pattern::new(31));
     let p2 = pat.clone();
+    let tid_rx = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let tid_tx = tid_rx.clone();
     let rx = with_receiver(n.a_idx, 0, 16 << 20, 7006, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         zcrx::sys::set_rcvlowat(&s, LOWAT as u32).map_err(|e| format!("setsockopt(SO_RCVLOWAT): {e}"))?;
-        // The first 100 KiB are in the socket by now, and nothing more for a while.
-        std::thread::sleep(Duration::from_millis(100));
+        // The sender goes on once this thread sleeps in RECV with the
+        // first 100 KiB in the socket.
+        tid_rx.store(crate::common::gettid(), std::sync::atomic::Ordering::Release);
         // Room for far more than the mark: only the mark decides.
         let mut recs = vec![Rec::default(); 4096];
         let (mut total, mut calls, mut short) = (0u64, 0u64, Vec::new());
@@ -361,7 +364,16 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
         let mut s = net::connect(to, Duration::from_secs(60))?;
         let first = 100 << 10;
         s.write_all(pat.slice(0, first)).map_err(|e| format!("send: {e}"))?;
-        std::thread::sleep(Duration::from_millis(400));
+        // All 100 KiB in the receiver's socket, and the receiver asleep in
+        // RECV (a call that ignored the mark would have returned them).
+        net::wait_acked(&s, Duration::from_secs(60))?;
+        let t0 = Instant::now();
+        let mut tid = 0;
+        while tid == 0 && t0.elapsed() < Duration::from_secs(60) {
+            tid = tid_tx.load(std::sync::atomic::Ordering::Acquire);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        crate::common::wait_sleeping_in(tid, libc::SYS_ioctl, Duration::from_secs(20))?;
         let mut off = first as u64;
         while off < bytes {
             let n = ((bytes - off) as usize).min(256 << 10);

@@ -641,7 +641,7 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
     // end of the stream nor anything else but the mark may end that call.
     let first_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (fd_rx, fd_tx) = (first_done.clone(), first_done.clone());
-    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ready = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let (ready_rx, ready_tx) = (ready.clone(), ready.clone());
     // On the listener before the sender can connect (the connection is
     // cloned from it), and checked on the accepted socket.
@@ -680,8 +680,9 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
                 return Err(format!("data not in the socket after 60 s ({inq} bytes queued)"));
             }
         }
-        // The sender waits for this before it sends the urgent byte.
-        ready_rx.store(true, std::sync::atomic::Ordering::Release);
+        // The sender waits for this thread to sleep in RECV before it
+        // sends the urgent byte.
+        ready_rx.store(crate::common::gettid(), std::sync::atomic::Ordering::Release);
         let mut recs = vec![Rec::default(); 128];
         let mut data = Vec::new();
         let t_recv = Instant::now();
@@ -747,13 +748,18 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
         let mut s = net::connect(to, Duration::from_secs(60))?;
         std::io::Write::write_all(&mut s, pat.slice(0, BEFORE as usize)).map_err(|e| format!("send: {e}"))?;
         if during_wait {
-            // The receiver has the 40000 bytes queued and is about to call
-            // RECV, which reads them and waits for SO_RCVLOWAT.
+            // The receiver has the 40000 bytes queued and calls RECV, which
+            // reads them and waits for SO_RCVLOWAT: send once it sleeps.
             let t0 = Instant::now();
-            while !ready_tx.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed() < Duration::from_secs(60) {
+            let mut tid = 0;
+            while tid == 0 && t0.elapsed() < Duration::from_secs(60) {
+                tid = ready_tx.load(std::sync::atomic::Ordering::Acquire);
                 std::thread::sleep(Duration::from_millis(10));
             }
-            std::thread::sleep(Duration::from_millis(300));
+            if tid == 0 {
+                return Err("the receiver never got to RECV".into());
+            }
+            crate::common::wait_sleeping_in(tid, libc::SYS_ioctl, Duration::from_secs(20))?;
         }
         send_oob(&s, pat.slice(BEFORE, 1)[0]).map_err(|e| format!("send(MSG_OOB): {e}"))?;
         std::io::Write::write_all(&mut s, pat.slice(BEFORE + 1, AFTER as usize)).map_err(|e| format!("send: {e}"))?;
