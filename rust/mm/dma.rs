@@ -47,6 +47,28 @@ impl DmaDevice {
         self.0.as_ptr()
     }
 
+    /// The longest DMA segment the device takes, as
+    /// `dma_get_max_seg_size()` says (an inline function bindgen does not
+    /// see): its `dma_parms`, else 64 KiB.
+    pub(crate) fn max_segment_size(&self) -> u32 {
+        // SAFETY: we hold a reference, so the device is live; `dma_parms`,
+        // when set, points at parameters that live as long as the device
+        // (in the bus's device structure, e.g. a PCI device's).
+        let max = unsafe {
+            let parms = (*self.as_raw()).dma_parms;
+            if parms.is_null() {
+                0
+            } else {
+                (*parms).max_segment_size
+            }
+        };
+        if max == 0 {
+            1 << 16
+        } else {
+            max
+        }
+    }
+
     /// An identity of the device (its address), to compare with a page
     /// pool's.
     pub(crate) fn id(&self) -> usize {
@@ -190,8 +212,7 @@ unsafe impl Sync for DmaMapping {}
 
 impl DmaMapping {
     /// Maps `pages` for `dev`, in segments of at most `max_segment` bytes
-    /// (rounded down to whole pages): a multiple of the caller's buffer
-    /// size keeps a contiguous run of buffers from being cut mid-buffer.
+    /// (rounded down to whole pages, at least one page).
     pub(crate) fn new(dev: DmaDevice, pages: Arc<PinnedPages>, max_segment: u32) -> Result<Self> {
         let sgt = KBox::new(Opaque::<bindings::sg_table>::zeroed(), GFP_KERNEL_ACCOUNT)?;
         let n = u32::try_from(pages.len()).map_err(|_| EINVAL)?;
@@ -205,7 +226,7 @@ impl DmaMapping {
                 n,
                 0,
                 size,
-                max_segment,
+                max_segment.max(PAGE_SIZE as u32),
                 bindings::GFP_KERNEL_ACCOUNT,
             )
         };

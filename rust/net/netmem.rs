@@ -538,25 +538,38 @@ impl NetIovArea {
             }
         }
         let size = self.buf_size();
-        // The largest segment the scatterlist can hold, in whole buffers.
-        let m = self.mem.map(dev, !(size as u32 - 1))?;
+        // Segments no longer than the device takes (a NIC on PCI: 64 KiB
+        // unless its driver says more): DMA API debugging reports longer
+        // ones, and an IOMMU may rely on the limit.
+        let max_segment = dev.max_segment_size();
+        let m = self.mem.map(dev, max_segment)?;
         let mut idx = 0usize;
+        // The buffer being put together: its DMA address, its bytes so far.
+        let (mut start, mut filled) = (0u64, 0usize);
         m.for_each_segment(|addr, len| {
-            // Segments in page order, each a whole number of buffers (but
-            // for a dma-buf's beyond the area): then every buffer is one
-            // range of DMA addresses.
-            for k in 0..len / size {
+            // Segments in page order. A buffer may span segments (a buffer
+            // larger than the device's segments), but it must be one range
+            // of DMA addresses.
+            let mut at = 0usize;
+            while at < len {
                 if idx >= self.len() {
                     // A dma-buf is mapped whole; the area is its start.
                     return if self.can_copy() { Err(EINVAL) } else { Ok(()) };
                 }
-                self.set_dma_addr(idx, addr + (k * size) as u64)?;
-                idx += 1;
-            }
-            // A partial buffer at the segment's end that the area uses
-            // would cross into the next segment.
-            if len % size != 0 && idx < self.len() {
-                return Err(ERANGE);
+                let a = addr + at as u64;
+                if filled == 0 {
+                    start = a;
+                } else if a != start + filled as u64 {
+                    return Err(ERANGE);
+                }
+                let take = (len - at).min(size - filled);
+                filled += take;
+                at += take;
+                if filled == size {
+                    self.set_dma_addr(idx, start)?;
+                    idx += 1;
+                    filled = 0;
+                }
             }
             Ok(())
         })
