@@ -6,6 +6,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -73,9 +74,11 @@ pub fn foll_pins() -> Result<i64, String> {
     Ok(field("nr_foll_pin_acquired")? - field("nr_foll_pin_released")?)
 }
 
-/// [`foll_pins`] before the first test (main sets it): what [`wait_idle`]
-/// expects back.
-pub static FOLL_PIN_BASE: OnceLock<i64> = OnceLock::new();
+/// [`foll_pins`] with nothing of ours pinned: what [`wait_idle`] expects
+/// back. main sets it before the first test; file I/O may hold pages
+/// pinned for a moment (FUSE/virtiofs direct I/O, as the guest's root file
+/// system is), so the lowest count seen since stands for "nothing".
+pub static FOLL_PIN_BASE: OnceLock<AtomicI64> = OnceLock::new();
 
 /// Waits up to `t` for the module to have no objects in use besides the
 /// probing context, and the system's `FOLL_PIN` pages back where they were
@@ -86,7 +89,10 @@ pub fn wait_idle(t: Duration) -> Result<(), String> {
     loop {
         let i = info()?;
         let pins = match FOLL_PIN_BASE.get() {
-            Some(&base) => foll_pins()? - base,
+            Some(base) => {
+                let now = foll_pins()?;
+                now - base.fetch_min(now, Relaxed).min(now)
+            }
             None => 0,
         };
         let idle = i.contexts == 1 && i.areas == 0 && i.pinned_pages == 0 && i.providers == 0 && i.pools == 0;

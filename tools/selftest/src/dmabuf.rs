@@ -171,6 +171,9 @@ fn dmabuf_area_zero_copy(env: &Env) -> Outcome {
         return Fail("not all zero-copy into the dma-buf".into());
     }
     drop(n);
+    // The udmabuf pins its memfd's pages until its last reference goes:
+    // then wait_idle sees them unpinned, the module's references included.
+    drop((dmabuf, memfd));
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
