@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
-	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak tree-tests clean distclean-kernel
+	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests clean distclean-kernel
 
 all: module
 
@@ -44,6 +44,9 @@ help:
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
 	@echo "make fuzz-net      the remote packet fuzzer on the debug kernel (FUZZ_NET_S=600, FUZZ_NET_SEED=...)"
 	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
+	@echo "make mutants       mutation testing: each bug of scripts/mutants.txt planted in turn, the whole"
+	@echo "                   fast suite run against it; every one must be killed (MUTANTS=\"a b\" for some,"
+	@echo "                   MUTANTS_FAIL_FAST=1 to stop each at its first failed test)"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -113,6 +116,11 @@ bench-wall: module tools
 
 bench-scale: module tools
 	@$(TOP)/scripts/bench.sh --icount 0 --cpus 1 --scale $(BENCH_ARGS)
+
+# Mutation testing (scripts/mutants.sh): the suite must fail on each
+# planted bug. Full suite per mutant: about 4 min each on the fast kernel.
+mutants: module iou-zcrx ncdevmem tools
+	@$(TOP)/scripts/mutants.sh --flavour $(FLAVOUR) $(if $(MUTANTS_FAIL_FAST),--fail-fast) run $(MUTANTS)
 
 # The kernel tree's netdevsim selftests, stock netdevsim vs ours; make check
 # runs a short list.

@@ -6,7 +6,12 @@
 set -u
 B=${ZCRX_BUILD:?run through scripts/vm.sh}
 TOP=$(cd "$(dirname "$0")/.." && pwd)
-KO=$B/zcrx-module/rust/zcrx_rs.ko
+# ZCRX_KO: another build of the module (scripts/mutants.sh); ZCRX_FAIL_FAST:
+# stop the selftest at its first failed test.
+KO=${ZCRX_KO:-$B/zcrx-module/rust/zcrx_rs.ko}
+# ZCRX_SELFTEST: a snapshot of the tools (scripts/mutants.sh), so that a
+# rebuild on the host during a long run cannot change them under it.
+SELFTEST=${ZCRX_SELFTEST:-$TOP/tools/target/release/zcrx-selftest}
 rc=0
 
 # KUnit: the test build of the module carries its suites; they run on load
@@ -82,6 +87,8 @@ else
 	rc=1
 fi
 
+# --fail-fast (mutants): a failed KUnit case is enough.
+[ -z "${ZCRX_FAIL_FAST:-}" ] || [ $rc -eq 0 ] || exit $rc
 # shellcheck disable=SC2086 # SELFTEST_ARGS is a list of arguments
-"$TOP/tools/target/release/zcrx-selftest" --module "$KO" ${SELFTEST_ARGS:-} || rc=1
+"$SELFTEST" --module "$KO" ${ZCRX_FAIL_FAST:+--fail-fast} ${SELFTEST_ARGS:-} || rc=1
 exit $rc
