@@ -74,6 +74,12 @@ pub fn foll_pins() -> Result<i64, String> {
     Ok(field("nr_foll_pin_acquired")? - field("nr_foll_pin_released")?)
 }
 
+/// How many pages above [`FOLL_PIN_BASE`] [`wait_idle`] lets pass: others
+/// pin pages too, for a while (up to 21 pages seen for over 10 s on a
+/// loaded host); every area here is 1 MiB (256 pages) or more, and leaked
+/// pins add up from test to test.
+const FOLL_PIN_SLACK: i64 = 256;
+
 /// [`foll_pins`] with nothing of ours pinned: what [`wait_idle`] expects
 /// back. main sets it before the first test; file I/O may hold pages
 /// pinned for a moment (FUSE/virtiofs direct I/O, as the guest's root file
@@ -82,7 +88,8 @@ pub static FOLL_PIN_BASE: OnceLock<AtomicI64> = OnceLock::new();
 
 /// Waits up to `t` for the module to have no objects in use besides the
 /// probing context, and the system's `FOLL_PIN` pages back where they were
-/// before the first test; Err describing what is left.
+/// before the first test (within [`FOLL_PIN_SLACK`]); Err describing what
+/// is left.
 pub fn wait_idle(t: Duration) -> Result<(), String> {
     let t0 = Instant::now();
     let mut kicked = Instant::now();
@@ -96,7 +103,7 @@ pub fn wait_idle(t: Duration) -> Result<(), String> {
             None => 0,
         };
         let idle = i.contexts == 1 && i.areas == 0 && i.pinned_pages == 0 && i.providers == 0 && i.pools == 0;
-        if idle && pins == 0 {
+        if idle && pins <= FOLL_PIN_SLACK {
             return Ok(());
         }
         if kicked.elapsed() > Duration::from_secs(2) {
