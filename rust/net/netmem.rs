@@ -541,7 +541,15 @@ impl NetIovArea {
         // Segments no longer than the device takes (a NIC on PCI: 64 KiB
         // unless its driver says more): DMA API debugging reports longer
         // ones, and an IOMMU may rely on the limit.
-        let max_segment = dev.max_segment_size();
+        // Whole buffers per segment where the device allows (its limit
+        // rounded down to a multiple of the buffer size): a buffer then
+        // never spans segments, and each DMA sync stays inside one.
+        let max = dev.max_segment_size();
+        let max_segment = if max as usize >= size {
+            max & !(size as u32 - 1)
+        } else {
+            max
+        };
         let m = self.mem.map(dev, max_segment)?;
         let mut idx = 0usize;
         // The buffer being put together: its DMA address, its bytes so far.
