@@ -13,7 +13,7 @@ set -euo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/mutants.sh [--flavour fast|debug] [--fail-fast] [--timeout S] [run] [NAME...]
+usage: scripts/mutants.sh [--flavour fast|debug] [--fail-fast] [--no-control] [--timeout S] [run] [NAME...]
        scripts/mutants.sh list
        scripts/mutants.sh apply NAME DIR     write the mutated source tree to DIR
        scripts/mutants.sh build NAME         apply and build it (prints the .ko)
@@ -22,9 +22,12 @@ usage: scripts/mutants.sh [--flavour fast|debug] [--fail-fast] [--timeout S] [ru
 run (the default): every mutant of scripts/mutants.txt, or the NAMEs given,
 one VM each, the whole suite (--fail-fast: stop a mutant's suite at its
 first failed test; quicker, but the matrix then shows only that test).
+First a control run: the unmutated module must pass the same suite, or
+the run stops (--no-control skips it). A VM that fails without a failed
+test, splat or timeout is an error, not a kill; errors fail the run.
 Results in \$ZCRX_CACHE/build/FLAVOUR/mutants/: one log per mutant,
 matrix.tsv (mutant, verdict, killing tests) and summary.txt. The last line
-is "N killed, N survived, N not built".
+is "N killed, N survived, N not built, N errors".
 
 scripts/mutants.txt: blocks of
   [name]
@@ -38,11 +41,12 @@ USAGE
 }
 
 LIST=${ZCRX_MUTANTS:-$ZCRX_TOP/scripts/mutants.txt}
-flavour=fast fail_fast= timeout=1500
+flavour=fast fail_fast= timeout=1500 no_control=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--flavour|--flavor) flavour=$2; shift ;;
 	--fail-fast) fail_fast=1 ;;
+	--no-control) no_control=1 ;;
 	--timeout) timeout=$2; shift ;;
 	-h|--help) usage; exit 0 ;;
 	-*) usage >&2; exit 2 ;;
@@ -173,8 +177,14 @@ esac
 [ -f "$B/arch/x86/boot/bzImage" ] || die "no $flavour kernel; run make kernel FLAVOUR=$flavour"
 [ -x "$ZCRX_TOP/tools/target/release/zcrx-selftest" ] || die "no zcrx-selftest; run make tools"
 mkdir -p "$OUT"
-if [ $# -gt 0 ]; then names=("$@"); else mapfile -t names < <(mutants_py list | cut -f1); fi
+if [ $# -gt 0 ]; then
+	names=("$@")
+else
+	all=$(mutants_py list) || die "$LIST does not parse"
+	mapfile -t names < <(printf '%s\n' "$all" | cut -f1)
+fi
 total=${#names[@]}
+[ "$total" -gt 0 ] && [ -n "${names[0]}" ] || die "no mutants to run"
 # Short soak and fuzz runs: a mutant is about the module's logic, and the
 # full suite is run once per mutant.
 SARGS="--soak-seconds 10 --fuzz-seconds 8"
@@ -191,10 +201,49 @@ cp -a "$ZCRX_TOP/Kbuild" "$ZCRX_TOP/rust" "$BASE/"
 cp -a "$ZCRX_TOP/tools/include" "$BASE/tools/"
 cp "$LIST" "$OUT/mutants.txt"; LIST=$OUT/mutants.txt
 : > "$OUT/matrix.tsv"
-killed=0 survived=0 broken=0 i=0
+
+# run_suite NAME KO: the suite against KO in a VM of its own; sets
+# $killers (the failed tests, "(splat)", "(timeout)") and $verdict:
+# killed, SURVIVED, or error (the VM or the harness failed without a
+# result that names the module: not a kill).
+run_suite() {
+	local name=$1 ko=$2 log=$OUT/$1.log rc=0
+	"$ZCRX_TOP/scripts/vm.sh" --flavour "$flavour" --name "mutant-$name" --timeout "$timeout" \
+		--append "kunit.enable=1 kunit.autorun=1" -- \
+		env ZCRX_KO="$ko" ZCRX_SELFTEST="$snap/release/zcrx-selftest" ZCRX_FAIL_FAST="$fail_fast" SELFTEST_ARGS="$SARGS" \
+		bash "$ZCRX_TOP/scripts/guest-tests.sh" > "$log" 2> "$OUT/$name.vm-err" || rc=$?
+	killers=$(sed -n 's/^not ok [0-9]\+ \([^ ]*\).*/\1/p' "$log" | paste -sd, -)
+	if grep -q 'VM timed out' "$OUT/$name.vm-err"; then
+		killers="${killers:+$killers,}(timeout)"
+	elif [ $rc -eq 3 ]; then
+		killers="${killers:+$killers,}(splat)"
+	fi
+	if [ -n "$killers" ]; then
+		verdict=killed
+	elif [ $rc -eq 0 ] && grep -qE '^# Totals:' "$log"; then
+		verdict=SURVIVED
+	else
+		verdict=error killers="(exit $rc, no failed test: see $OUT/$name.vm-err)"
+	fi
+}
+
+# The control: the module as it is must pass the same run, or every
+# "kill" below could be the suite's own failure.
+if [ -z "$no_control" ]; then
+	t0=$(now)
+	mkdir -p "$OUT/control"
+	kbuild_env
+	make -s -C "$B" M="$BASE" MO="$OUT/control/build" ZCRX_KUNIT=1 modules > "$OUT/control/build.log" 2>&1 ||
+		die "the unmutated module does not build: $OUT/control/build.log"
+	run_suite control "$OUT/control/build/rust/zcrx_rs.ko"
+	[ "$verdict" = SURVIVED ] ||
+		die "the suite fails without any mutant ($verdict: $killers; $OUT/control.log): fix that first"
+	msg "control: the unmutated module passes ($(( $(now) - t0 )) s)"
+fi
+
+killed=0 survived=0 broken=0 errors=0 i=0
 for name in "${names[@]}"; do
 	i=$((i + 1))
-	log=$OUT/$name.log
 	t0=$(now)
 	if ! ko=$(build_mutant "$name" 2> "$OUT/$name.build-err"); then
 		broken=$((broken + 1))
@@ -203,26 +252,12 @@ for name in "${names[@]}"; do
 		msg "[$i/$total] $name: NOT BUILT"
 		continue
 	fi
-	rc=0
-	"$ZCRX_TOP/scripts/vm.sh" --flavour "$flavour" --name "mutant-$name" --timeout "$timeout" \
-		--append "kunit.enable=1 kunit.autorun=1" -- \
-		env ZCRX_KO="$ko" ZCRX_SELFTEST="$snap/release/zcrx-selftest" ZCRX_FAIL_FAST="$fail_fast" SELFTEST_ARGS="$SARGS" \
-		bash "$ZCRX_TOP/scripts/guest-tests.sh" > "$log" 2> "$OUT/$name.vm-err" || rc=$?
-	# The tests that failed; a splat or a timeout kills it too.
-	killers=$(sed -n 's/^not ok [0-9]\+ \([^ ]*\).*/\1/p' "$log" | paste -sd, -)
-	case $rc in
-	0) ;;
-	3) killers="${killers:+$killers,}(splat)" ;;
-	124) killers="${killers:+$killers,}(timeout)" ;;
-	*) [ -n "$killers" ] || killers="(exit $rc)" ;;
+	run_suite "$name" "$ko"
+	case $verdict in
+	killed) killed=$((killed + 1)) ;;
+	SURVIVED) survived=$((survived + 1)) ;;
+	*) errors=$((errors + 1)) ;;
 	esac
-	if grep -qE '^# Totals:' "$log" && [ -z "$killers" ]; then
-		survived=$((survived + 1)); verdict=SURVIVED
-	elif [ -z "$killers" ]; then
-		killers="(no results)"; killed=$((killed + 1)); verdict=killed
-	else
-		killed=$((killed + 1)); verdict=killed
-	fi
 	printf '%s\t%s\t%s\n' "$name" "$verdict" "${killers:--}" >> "$OUT/matrix.tsv"
 	msg "[$i/$total] $name: $verdict in $(( $(now) - t0 )) s${killers:+ by $killers}"
 done
@@ -230,6 +265,6 @@ done
 {
 	printf '%-34s %-9s %s\n' mutant verdict "killed by"
 	awk -F'\t' '{ printf "%-34s %-9s %s\n", $1, $2, $3 }' "$OUT/matrix.tsv"
-	echo "$killed killed, $survived survived, $broken not built"
+	echo "$killed killed, $survived survived, $broken not built, $errors errors"
 } | tee "$OUT/summary.txt"
-[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ]
+[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$errors" -eq 0 ]
