@@ -539,11 +539,10 @@ impl NetIovArea {
         }
         let size = self.buf_size();
         // Segments no longer than the device takes (a NIC on PCI: 64 KiB
-        // unless its driver says more): DMA API debugging reports longer
-        // ones, and an IOMMU may rely on the limit.
-        // Whole buffers per segment where the device allows (its limit
-        // rounded down to a multiple of the buffer size): a buffer then
-        // never spans segments, and each DMA sync stays inside one.
+        // unless its driver says more; DMA API debugging reports longer
+        // ones), and whole buffers per segment where that limit allows:
+        // a buffer then never spans segments, and each DMA sync stays
+        // inside one.
         let max = dev.max_segment_size();
         let max_segment = if max as usize >= size {
             max & !(size as u32 - 1)
