@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -125,6 +125,19 @@ pub fn wait_idle(t: Duration) -> Result<(), String> {
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
+}
+
+/// [`wait_sleeping_in`] for a thread that publishes its id in `tid` (0
+/// until then) once it is about to make the call.
+pub fn wait_published_sleeping_in(tid: &AtomicI32, nr: libc::c_long, t: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        match tid.load(Acquire) {
+            0 if t0.elapsed() > t => return Err(format!("no thread id published after {t:?}")),
+            0 => sleep(Duration::from_millis(2)),
+            id => return wait_sleeping_in(id, nr, t.saturating_sub(t0.elapsed())),
+        }
+    }
 }
 
 /// Waits up to `t` until thread `tid` of this process sleeps inside system

@@ -257,7 +257,7 @@ fn main() {
     match common::foll_pins() {
         Ok(p) => {
             let _ = common::FOLL_PIN_BASE.set(std::sync::atomic::AtomicI64::new(p));
-            k.diag(&format!("FOLL_PIN pages pinned before the first test: {p} (every test's wait_idle expects them back)"));
+            k.diag(&format!("FOLL_PIN pages pinned before the first test: {p} (wait_idle expects them back, within 256)"));
         }
         Err(e) => k.diag(&format!("{e}: pinned pages are checked through the module's counters only")),
     }

@@ -367,13 +367,7 @@ fn rcvlowat_honoured(env: &Env) -> Outcome {
         // All 100 KiB in the receiver's socket, and the receiver asleep in
         // RECV (a call that ignored the mark would have returned them).
         net::wait_acked(&s, Duration::from_secs(60))?;
-        let t0 = Instant::now();
-        let mut tid = 0;
-        while tid == 0 && t0.elapsed() < Duration::from_secs(60) {
-            tid = tid_tx.load(std::sync::atomic::Ordering::Acquire);
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        crate::common::wait_sleeping_in(tid, libc::SYS_ioctl, Duration::from_secs(20))?;
+        crate::common::wait_published_sleeping_in(&tid_tx, libc::SYS_ioctl, Duration::from_secs(60))?;
         let mut off = first as u64;
         while off < bytes {
             let n = ((bytes - off) as usize).min(256 << 10);

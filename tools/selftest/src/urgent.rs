@@ -750,16 +750,7 @@ fn at_the_mark(n: &Nsim, oobinline: bool, during_wait: bool, port: u16) -> Resul
         if during_wait {
             // The receiver has the 40000 bytes queued and calls RECV, which
             // reads them and waits for SO_RCVLOWAT: send once it sleeps.
-            let t0 = Instant::now();
-            let mut tid = 0;
-            while tid == 0 && t0.elapsed() < Duration::from_secs(60) {
-                tid = ready_tx.load(std::sync::atomic::Ordering::Acquire);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if tid == 0 {
-                return Err("the receiver never got to RECV".into());
-            }
-            crate::common::wait_sleeping_in(tid, libc::SYS_ioctl, Duration::from_secs(20))?;
+            crate::common::wait_published_sleeping_in(&ready_tx, libc::SYS_ioctl, Duration::from_secs(60))?;
         }
         send_oob(&s, pat.slice(BEFORE, 1)[0]).map_err(|e| format!("send(MSG_OOB): {e}"))?;
         std::io::Write::write_all(&mut s, pat.slice(BEFORE + 1, AFTER as usize)).map_err(|e| format!("send: {e}"))?;
