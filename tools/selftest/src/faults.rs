@@ -31,17 +31,45 @@ pub const TESTS: &[(&str, TestFn)] = &[("fault_injection_every_allocation", faul
 
 const FAIL_NTH: &str = "/proc/thread-self/fail-nth";
 
+/// The fault-injection knobs of both allocators.
+const FAULT_DIRS: [&str; 2] = ["/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc"];
+
+/// Writes each `(name, value)` of `knobs` in every fault-injection
+/// directory, saving what each held into `saved` before it is changed
+/// (for [`restore_knobs`]).
+fn set_knobs(knobs: &[(&str, String)], saved: &mut Vec<(String, String)>) -> Result<(), String> {
+    for dir in FAULT_DIRS {
+        for (k, v) in knobs {
+            let p = format!("{dir}/{k}");
+            let was = fs::read_to_string(&p).map_err(|e| format!("{p}: {e}"))?;
+            saved.push((p.clone(), was.trim().to_string()));
+            fs::write(&p, v).map_err(|e| format!("write {v} to {p}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes back what [`set_knobs`] saved, last first (so `probability`
+/// goes back to 0 before the rest); all are tried, the first error is
+/// returned.
+fn restore_knobs(saved: &[(String, String)]) -> Result<(), String> {
+    let mut r = Ok(());
+    for (p, v) in saved.iter().rev() {
+        if let Err(e) = fs::write(p, v) {
+            r = r.and(Err(format!("restoring {p}: {e}")));
+        }
+    }
+    r
+}
+
 /// Lets sleeping allocations fail too (the module allocates GFP_KERNEL),
 /// quietly; returns how to restore the old settings.
 fn setup_fault_attrs() -> Result<Vec<(String, String)>, String> {
     let mut old = Vec::new();
-    for dir in ["/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc"] {
-        for (k, v) in [("ignore-gfp-wait", "N"), ("verbose", "0"), ("task-filter", "N"), ("probability", "0")] {
-            let p = format!("{dir}/{k}");
-            let was = fs::read_to_string(&p).map_err(|e| format!("{p}: {e}"))?;
-            fs::write(&p, v).map_err(|e| format!("write {v} to {p}: {e}"))?;
-            old.push((p, was.trim().to_string()));
-        }
+    let knobs = [("ignore-gfp-wait", "N"), ("verbose", "0"), ("task-filter", "N"), ("probability", "0")];
+    if let Err(e) = set_knobs(&knobs.map(|(k, v)| (k, v.to_string())), &mut old) {
+        let _ = restore_knobs(&old);
+        return Err(e);
     }
     Ok(old)
 }
@@ -222,12 +250,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         Ok(lines)
     });
     let r = join(h);
-    let mut unset = Ok(());
-    for (p, v) in old {
-        if let Err(e) = fs::write(&p, v) {
-            unset = Err(format!("restoring {p}: {e}"));
-        }
-    }
+    let unset = restore_knobs(&old);
     let lines = tryo!(r);
     tryo!(unset);
     for l in &lines {
@@ -249,38 +272,24 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         // `times` counts down once per injected failure: what is left
         // afterwards says how many there were.
         const TIMES: u64 = 1_000_000;
-        let dirs = ["/sys/kernel/debug/failslab", "/sys/kernel/debug/fail_page_alloc"];
         let mut restore = Vec::new();
-        let mut set = Ok(());
-        if atomic_fail {
-            'knobs: for dir in dirs {
-                for (k, v) in [
-                    ("ignore-gfp-wait", "Y".to_string()),
-                    ("task-filter", "N".into()),
-                    ("interval", "1".into()),
-                    ("times", TIMES.to_string()),
-                    ("probability", "2".into()),
-                ] {
-                    let p = format!("{dir}/{k}");
-                    let was = match fs::read_to_string(&p) {
-                        Ok(w) => w,
-                        Err(e) => {
-                            set = Err(format!("{p}: {e}"));
-                            break 'knobs;
-                        }
-                    };
-                    restore.push((p.clone(), was.trim().to_string()));
-                    if let Err(e) = fs::write(&p, v) {
-                        set = Err(format!("{p}: {e}"));
-                        break 'knobs;
-                    }
-                }
-            }
-        }
+        let set = if atomic_fail {
+            let knobs = [
+                ("ignore-gfp-wait", "Y".to_string()),
+                ("task-filter", "N".into()),
+                ("interval", "1".into()),
+                ("times", TIMES.to_string()),
+                ("probability", "2".into()),
+            ];
+            set_knobs(&knobs, &mut restore)
+        } else {
+            Ok(())
+        };
         let sent = if set.is_ok() { join(sender(addr_a(true, port), bytes, pat, 0)) } else { Err("not sent".into()) };
         let rx = if set.is_ok() { join(rx) } else { Err("knobs not set".into()) };
         let injected: u64 = if atomic_fail {
-            dirs.iter()
+            FAULT_DIRS
+                .iter()
                 .filter_map(|d| fs::read_to_string(format!("{d}/times")).ok()?.trim().parse::<u64>().ok())
                 .map(|left| TIMES - left.min(TIMES))
                 .sum()
@@ -288,12 +297,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
             0
         };
         // Probability back to 0 first, whatever happened.
-        let mut unset = Ok(());
-        for (p, v) in restore.iter().rev() {
-            if let Err(e) = fs::write(p, v) {
-                unset = Err(format!("restoring {p}: {e}"));
-            }
-        }
+        let unset = restore_knobs(&restore);
         tryo!(set);
         tryo!(unset);
         if atomic_fail && injected == 0 {
