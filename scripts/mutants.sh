@@ -159,15 +159,21 @@ BASE=$ZCRX_TOP
 build_mutant() {
 	local name=$1 dir=$OUT/$1
 	ZCRX_TOP=$BASE mutants_py apply "$name" "$dir/src" || return 1
+	build_tree "$dir/src" "$dir"
+}
+
+# build_tree SRC DIR: the KUnit build of the module in SRC, into DIR/build;
+# prints the .ko's path.
+build_tree() {
 	kbuild_env
-	make -s -C "$B" M="$dir/src" MO="$dir/build" ZCRX_KUNIT=1 modules > "$dir/build.log" 2>&1 ||
-		{ tail -20 "$dir/build.log" >&2; return 1; }
-	echo "$dir/build/rust/zcrx_rs.ko"
+	make -s -C "$B" M="$1" MO="$2/build" ZCRX_KUNIT=1 modules > "$2/build.log" 2>&1 ||
+		{ tail -20 "$2/build.log" >&2; return 1; }
+	echo "$2/build/rust/zcrx_rs.ko"
 }
 
 case $cmd in
 list) mutants_py list; exit 0 ;;
-table) mutants_py table "${1:-$(build_dir "$flavour")/mutants/matrix.tsv}"; exit 0 ;;
+table) mutants_py table "${1:-$OUT/matrix.tsv}"; exit 0 ;;
 apply) [ $# -eq 2 ] || { usage >&2; exit 2; }; mutants_py apply "$1" "$2"; exit 0 ;;
 build) [ $# -eq 1 ] || { usage >&2; exit 2; }; mkdir -p "$OUT/$1"; build_mutant "$1"; exit 0 ;;
 run) ;;
@@ -232,10 +238,8 @@ run_suite() {
 if [ -z "$no_control" ]; then
 	t0=$(now)
 	mkdir -p "$OUT/control"
-	kbuild_env
-	make -s -C "$B" M="$BASE" MO="$OUT/control/build" ZCRX_KUNIT=1 modules > "$OUT/control/build.log" 2>&1 ||
-		die "the unmutated module does not build: $OUT/control/build.log"
-	run_suite control "$OUT/control/build/rust/zcrx_rs.ko"
+	ko=$(build_tree "$BASE" "$OUT/control") || die "the unmutated module does not build: $OUT/control/build.log"
+	run_suite control "$ko"
 	[ "$verdict" = SURVIVED ] ||
 		die "the suite fails without any mutant ($verdict: $killers; $OUT/control.log): fix that first"
 	msg "control: the unmutated module passes ($(( $(now) - t0 )) s)"
