@@ -27,6 +27,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_fallback_knob_copies", dry_pool_fallback_knob_copies),
     ("dry_pool_holding_receiver_recovers", dry_pool_holding_receiver_recovers),
     ("dry_pool_idle_recv_sleeps", dry_pool_idle_recv_sleeps),
+    ("consumed_skbs_free_buffers_at_once", consumed_skbs_free_buffers_at_once),
     ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
     ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
 ];
@@ -251,6 +252,150 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     Pass
 }
 
+/// The last reference to a buffer the user gave back is often the skb's,
+/// and `tcp_read_sock()` frees a consumed skb allocated on another CPU by
+/// queueing it for that CPU (its skb defer list, flushed on that CPU's
+/// next NET_RX softirq, or by an IPI at half of `skb_defer_max`, 64 skbs):
+/// with the pool dry that CPU may never run NET_RX again. An area of 64
+/// buffers, 56 for the pool. On CPU 0, where netdevsim runs the receiving
+/// NAPI (on the sender's CPU), 56 segments of 1000 bytes, each sent alone
+/// (TCP_NODELAY) and acknowledged before the next: 56 skbs hold the
+/// pool's 56 buffers, nothing is dropped and no retransmission is pending.
+/// The receiver, on CPU 1, reads and gives back all of them; then the
+/// sender moves to CPU 1 and sends 1 MB, which must arrive byte-exact and
+/// zero-copy, the first of it at once (within 1 s, not after a
+/// retransmission timeout), and no wait for data longer than 5 s. Before patch 35 the
+/// 56 skbs kept their buffers on CPU 0's list and every packet after was
+/// dropped for want of a buffer (the stall of `dry_pool_idle_recv_sleeps`
+/// with 32 buffers; once in `make check` in `ofo_parker_cannot_stall_others`:
+/// 300 s, until the sender gave up).
+fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
+    const SEGS: usize = 56;
+    const SEG: usize = 1000;
+    // one write of the pattern (at most a period, 1 MiB)
+    const REST: u64 = 1_000_000;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
+    let port = 7324u16;
+    let total = (SEGS * SEG) as u64 + REST;
+    let pat = Arc::new(Pattern::new(u64::from(port)));
+    let p2 = pat.clone();
+    let (queued_tx, queued_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let rx = with_receiver(n.a_idx, 0, 64 * zcrx::dev::page_size(), port, false, move |z, l| {
+        zcrx::sys::pin_to_cpu(1).map_err(|e| format!("CPU 1: {e}"))?;
+        let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        queued_rx.recv_timeout(Duration::from_secs(120)).map_err(|_| "the sender never queued its segments".to_string())?;
+        let held = net::hds_stats(1, 0)?.since(&before);
+        let mut recs = vec![Rec::default(); 64];
+        let (mut got, mut zc, mut queued) = (0u64, 0u64, 0u64);
+        // the buffers the queued skbs held
+        let mut bufs = std::collections::HashSet::new();
+        let bs = z.buf_size() as u64;
+        s.set_read_timeout(Some(Duration::from_secs(1))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        let (mut last, mut gap, mut phase2) = (Instant::now(), Duration::ZERO, false);
+        // from the sender's move to its first data on CPU 1
+        let mut first = None;
+        loop {
+            let flags = if phase2 { 0 } else { DONTWAIT };
+            match z.recv(s.as_raw_fd(), &mut recs, flags) {
+                Ok(g) if g.bytes == 0 => break,
+                Ok(g) => {
+                    gap = gap.max(last.elapsed());
+                    if phase2 && first.is_none() {
+                        first = Some(last.elapsed());
+                    }
+                    last = Instant::now();
+                    for r in &recs[..g.records] {
+                        if let Some(bad) = p2.check(got, z.data(r)) {
+                            return Err(format!("payload mismatch at {bad}"));
+                        }
+                        got += u64::from(r.len);
+                        if r.flags & ZCRX_RS_REC_COPY == 0 {
+                            zc += u64::from(r.len);
+                            if !phase2 {
+                                bufs.insert(r.off / bs);
+                            }
+                        }
+                    }
+                    z.refill(&recs[..g.records]).map_err(|e| format!("refill: {e}"))?;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && !phase2 => {
+                    // all read and given back: the sender moves
+                    queued = got;
+                    phase2 = true;
+                    last = Instant::now();
+                    let _ = go_tx.send(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(e) => return Err(format!("recv after {got} bytes: {e}")),
+            }
+            // a bound for a stall: the rest takes a second or two
+            if phase2 && last.elapsed() > Duration::from_secs(20) {
+                return Err(format!("no data for 20 s: {}", net::stall_report(z, &s, got)));
+            }
+        }
+        Ok((held, queued, bufs.len(), got, zc, gap, first.unwrap_or(Duration::MAX)))
+    });
+    let to = addr_a(false, port);
+    let p3 = pat.clone();
+    let tx = in_netns(NS_B, move || {
+        zcrx::sys::pin_to_cpu(0).map_err(|e| format!("CPU 0: {e}"))?;
+        let mut s = net::connect(to, Duration::from_secs(30))?;
+        s.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
+        for i in 0..SEGS {
+            std::io::Write::write_all(&mut s, p3.slice((i * SEG) as u64, SEG)).map_err(|e| format!("send segment {i}: {e}"))?;
+            net::wait_acked(&s, Duration::from_secs(10)).map_err(|e| format!("segment {i}: {e}"))?;
+        }
+        let _ = queued_tx.send(());
+        go_rx.recv_timeout(Duration::from_secs(120)).map_err(|_| "the receiver never read".to_string())?;
+        zcrx::sys::pin_to_cpu(1).map_err(|e| format!("CPU 1: {e}"))?;
+        let off = (SEGS * SEG) as u64;
+        std::io::Write::write_all(&mut s, p3.slice(off, REST as usize)).map_err(|e| format!("send at {off}: {e}"))?;
+        Ok(total)
+    });
+    let r = join(rx);
+    let sent = join(tx);
+    let (held, queued, qbufs, got, zc, gap, first) = tryo!(r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
+    let sent = tryo!(sent);
+    let d = tryo!(n.stats(1, 0)).since(&before);
+    env.diag(&format!(
+        "NAPI on CPU 0: netdevsim split {} segments ({} dropped), {queued} B queued in {qbufs} buffers, read on CPU 1; \
+         then NAPI on CPU 1: {} byte-exact in all, zero-copy {} copied {}, netdevsim dropped {} for want of a buffer; \
+         first data on CPU 1 after {:.3} s, longest wait for data {:.2} s",
+        held.dma_packets,
+        held.drop_no_buf,
+        mib(got),
+        mib(zc),
+        mib(got - zc),
+        d.drop_no_buf,
+        first.as_secs_f64(),
+        gap.as_secs_f64()
+    ));
+    if sent != total || got != total {
+        return Fail(format!("sent {sent}, received {got}"));
+    }
+    if zc != got {
+        return Fail(format!("{zc} of {got} bytes zero-copy"));
+    }
+    // The test proves something only if the queued skbs held the pool.
+    if held.dma_packets != SEGS as u64 || held.drop_no_buf != 0 || qbufs != SEGS || queued != (SEGS * SEG) as u64 {
+        return Fail(format!("{SEGS} segments: netdevsim split {held:?}, {queued} B queued in {qbufs} buffers"));
+    }
+    // The buffers are back as soon as they are given back: the first data
+    // comes at once (milliseconds). Stranded on CPU 0, they come back only
+    // when something else makes CPU 0 run NET_RX (4 s later in the runs
+    // seen), or never.
+    if first > Duration::from_secs(1) || gap > Duration::from_secs(5) {
+        return Fail(format!("first data on CPU 1 after {:.1} s, longest wait for data {:.1} s", first.as_secs_f64(), gap.as_secs_f64()));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
 /// The other side of the rule above: a RECV whose user holds no buffer
 /// must sleep while the pool is dry. Connection A fills a 32-buffer area
 /// and is not read (its queue holds the buffers, the user none) until
@@ -263,8 +408,8 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
 /// not): with 32, the debug kernel stalled once
 /// (2026-12-05, CI: A stuck after 28 buffers, all 28 given back and taken
 /// from the ring, 4 free, nothing in A's queues, every retransmission
-/// finding the pool dry), the open 32-buffer stall of kernel-patches.rst
-/// (patch 34).
+/// finding the pool dry): the buffers were on a CPU's skb defer list
+/// (patch 35, `consumed_skbs_free_buffers_at_once`).
 fn dry_pool_idle_recv_sleeps(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));

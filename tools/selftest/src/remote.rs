@@ -720,9 +720,10 @@ fn phantom_up(n: &Nsim) -> Result<[u8; 6], String> {
 /// the attacker's connections stay open. Before TCP kept the pool's last
 /// buffers from out-of-order data (patch 34), the parked segments took
 /// them all and every segment of the new connection was dropped for want
-/// of a buffer: its sender gave up. (With 32 buffers and two parkers the
-/// debug kernel stalled once in three runs even with the reserve: see
-/// Documentation/kernel-patches.rst, patch 34.)
+/// of a buffer: its sender gave up. (With the reserve it still stalled
+/// at times, with 32 buffers and two parkers on the debug kernel and once
+/// in `make check` with 64: the buffers the receiver gave back were on a
+/// CPU's skb defer list, patch 35.)
 fn ofo_parker_cannot_stall_others(env: &Env) -> Outcome {
     ofo_parkers(env, 64, 3, 40, 7402)
 }

@@ -187,6 +187,12 @@ pub fn set_rcvbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
     set_socket_int(fd, libc::SO_RCVBUF, bytes)
 }
 
+/// Sets `SO_SNDBUF` on socket `fd` (the kernel doubles it, and stops
+/// autotuning the socket's send buffer).
+pub fn set_sndbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    set_socket_int(fd, libc::SO_SNDBUF, bytes)
+}
+
 /// `SO_INCOMING_NAPI_ID` of socket `fd`: the NAPI instance (so the rx
 /// queue) its last packet arrived on; 0 before any did. A connection
 /// accepted from a listener has the one of the handshake's last ACK.
