@@ -32,6 +32,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("ktls_on_zero_copy_queue", ktls_on_zero_copy_queue),
     ("raw_sockets_hold_buffers_until_closed", raw_sockets_hold_buffers_until_closed),
     ("ktls_record_header_readable_payload_not", ktls_record_header_readable_payload_not),
+    ("ktls_copy_mode_refuses_provider_memory", ktls_copy_mode_refuses_provider_memory),
     ("memlock_limit_is_per_user", memlock_limit_is_per_user),
     ("area_kernel_memory_in_memcg", area_kernel_memory_in_memcg),
 ];
@@ -935,6 +936,79 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
         return Fail(format!("kTLS read() of a record it cannot read: {err}, expected EFAULT"));
     }
     env.diag(&format!("TLS 1.3 record: header readable, {} bytes of body in provider memory; read() fails with EFAULT", st.dma_bytes));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// kTLS's record parser copies the start of a record out of the TCP queue
+/// (its copy mode) when the socket is under memory pressure or its window
+/// has closed before a whole record is in. A provider's buffers are
+/// charged in full (4 KiB for a 1-byte segment), so a peer gets there by
+/// sending a record header one byte at a time to a receiver with a small
+/// receive buffer (SO_RCVBUF 8192 here; out-of-order data counts too, so a
+/// peer can also make the pressure itself). The copy used to WARN on the
+/// unreadable frags (`skb_copy_bits()` in `tls_strp_copyin_frag()`, a
+/// panic with `panic_on_warn`) and carry on parsing whatever the copy's
+/// pages held; now the parser stops and read() fails with EFAULT, as for
+/// any record in provider memory.
+fn ktls_copy_mode_refuses_provider_memory(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let a_idx = n.a_idx;
+    let port = 7307;
+    let rx = in_netns(NS_A, move || {
+        let mut z = Zcrx::open().map_err(|e| e.to_string())?;
+        z.register_area(4 << 20).map_err(|e| e.to_string())?;
+        z.bind(a_idx, 0, 0).map_err(|e| e.to_string())?;
+        let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
+        zcrx::sys::set_rcvbuf(&l, 8192).map_err(|e| format!("SO_RCVBUF: {e}"))?;
+        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+        ktls(s.as_raw_fd(), 2, TLS13)?;
+        s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
+        let mut buf = vec![0u8; 64 << 10];
+        let r = match std::io::Read::read(&mut s, &mut buf) {
+            Ok(k) => Err(format!("kTLS read() returned {k} bytes of a record it could not read")),
+            Err(e) => Ok(e),
+        };
+        drop(z);
+        r
+    });
+    let tx = in_netns(NS_B, move || {
+        let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
+        c.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut go = [0u8; 1];
+        std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go: {e}"))?;
+        // the first four bytes of an application data record header, one
+        // segment each: the parser needs five to know the record's length
+        let mut sent = 0;
+        for b in [0x17u8, 3, 3, 0x10] {
+            if c.write_all(&[b]).is_err() || crate::net::wait_acked(&c, Duration::from_secs(5)).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        // Open until the receiver has tried the record and closed.
+        c.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let _ = std::io::Read::read(&mut c, &mut go);
+        Ok::<_, String>(sent)
+    });
+    let err = tryo!(join(rx));
+    let sent = tryo!(join(tx));
+    let st = tryo!(n.stats(1, 0));
+    if st.dma_bytes == 0 {
+        return Fail("netdevsim put none of the header into provider memory: the test proves nothing".into());
+    }
+    if err.raw_os_error() != Some(libc::EFAULT) {
+        return Fail(format!("kTLS read() of a record header in provider memory: {err}, expected EFAULT"));
+    }
+    env.diag(&format!(
+        "{sent} one-byte segments of a TLS header to a kTLS receiver with SO_RCVBUF 8192, {} bytes in provider memory: \
+         read() fails with EFAULT",
+        st.dma_bytes
+    ));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
