@@ -266,6 +266,12 @@ impl Nsim {
         write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_dry_fallback"), if on { "1" } else { "0" })
     }
 
+    /// netdevsim's `hds_copybreak` on device `id`: a TCP payload of at
+    /// most `bytes` stays readable in the header buffer.
+    pub fn copybreak(&self, id: u32, bytes: u32) -> Result<(), String> {
+        write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_copybreak"), &bytes.to_string())
+    }
+
     /// Deletes netdevsim device `id` (its netdev is unregistered).
     pub fn delete(&self, id: u32) -> Result<(), String> {
         write_sys("/sys/bus/netdevsim/del_device", &id.to_string())

@@ -193,6 +193,16 @@ pub fn set_sndbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
     set_socket_int(fd, libc::SO_SNDBUF, bytes)
 }
 
+/// `TCP_MAXSEG` of TCP socket `fd`: the largest payload of a segment it
+/// sends (the MSS, less TCP options).
+pub fn tcp_maxseg(fd: &impl AsRawFd) -> io::Result<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live local.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    cvt(r.into()).map(|_| v as u32)
+}
+
 /// `SO_INCOMING_NAPI_ID` of socket `fd`: the NAPI instance (so the rx
 /// queue) its last packet arrived on; 0 before any did. A connection
 /// accepted from a listener has the one of the handshake's last ACK.
