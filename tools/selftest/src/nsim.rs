@@ -407,7 +407,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
 /// netdevsim's NAPI takes in one poll, where GRO meets split and readable
 /// segments of the flow. (The receiver's `gro_flush_timeout` is set too.)
 /// All must arrive byte-exact, the small segments copied, the rest
-/// zero-copy. Before patch 38, GRO appended a readable segment to an
+/// zero-copy. Before patch 37, GRO appended a readable segment to an
 /// unreadable one as a page frag: the skb said unreadable and held a page,
 /// which nobody may copy (`skb_copy_bits()` fails on any frag of an
 /// unreadable skb), and RECV failed with EFAULT, 4 runs of 4 (after 5912
@@ -470,7 +470,7 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     if rx.bytes != sent {
         return Fail(format!("sent {sent}, received {}", rx.bytes));
     }
-    // Both kinds came: the test proves something (300 to 8872 bytes
+    // Both kinds came: the test proves something (300 to 12560 bytes
     // copied in the runs seen).
     if rx.copy_bytes == 0 || rx.zc_bytes < mss * (ROUNDS / 2) {
         return Fail(format!(
