@@ -875,6 +875,27 @@ fn ktls_on_zero_copy_queue(env: &Env) -> Outcome {
     Pass
 }
 
+/// The kTLS receiver's read() of a record it cannot read: the error it
+/// must fail with, or what it returned instead.
+fn ktls_read_fails(s: &mut std::net::TcpStream) -> Result<std::io::Error, String> {
+    let mut buf = vec![0u8; 64 << 10];
+    match std::io::Read::read(s, &mut buf) {
+        Ok(k) => Err(format!("kTLS read() returned {k} bytes of a record it could not read")),
+        Err(e) => Ok(e),
+    }
+}
+
+/// The sending peer of the kTLS record tests (in `NS_B`): connected to
+/// `port` with TCP_NODELAY, once the receiver said go (one byte, returned
+/// for reuse).
+fn ktls_peer(port: u16) -> Result<(std::net::TcpStream, [u8; 1]), String> {
+    let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
+    c.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut go = [0u8; 1];
+    std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go: {e}"))?;
+    Ok((c, go))
+}
+
 /// A TLS record whose 5-byte header arrived before the queue was bound
 /// (readable) and whose body arrives after (in provider memory): the kTLS
 /// receiver learns the record's length from the header and must then
@@ -902,19 +923,12 @@ fn ktls_record_header_readable_payload_not(env: &Env) -> Outcome {
         header_rx.recv_timeout(Duration::from_secs(60)).map_err(|e| format!("waiting for the header: {e}"))??;
         z.bind(a_idx, 0, 0).map_err(|e| format!("BIND: {e}"))?;
         s.write_all(b"b").map_err(|e| format!("go body: {e}"))?;
-        let mut buf = vec![0u8; 64 << 10];
-        let r = match std::io::Read::read(&mut s, &mut buf) {
-            Ok(k) => Err(format!("kTLS read() returned {k} bytes of a record it could not read")),
-            Err(e) => Ok(e),
-        };
+        let r = ktls_read_fails(&mut s);
         drop(z);
         r
     });
     let tx = in_netns(NS_B, move || {
-        let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
-        c.set_nodelay(true).map_err(|e| e.to_string())?;
-        let mut go = [0u8; 1];
-        std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go: {e}"))?;
+        let (mut c, mut go) = ktls_peer(port)?;
         // Application data (legacy version 3.3), `body` bytes.
         let hdr = [0x17, 3, 3, (body >> 8) as u8, body as u8];
         c.write_all(&hdr).map_err(|e| format!("send header: {e}"))?;
@@ -968,19 +982,12 @@ fn ktls_copy_mode_refuses_provider_memory(env: &Env) -> Outcome {
         s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
         ktls(s.as_raw_fd(), 2, TLS13)?;
         s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
-        let mut buf = vec![0u8; 64 << 10];
-        let r = match std::io::Read::read(&mut s, &mut buf) {
-            Ok(k) => Err(format!("kTLS read() returned {k} bytes of a record it could not read")),
-            Err(e) => Ok(e),
-        };
+        let r = ktls_read_fails(&mut s);
         drop(z);
         r
     });
     let tx = in_netns(NS_B, move || {
-        let mut c = connect(addr_a(true, port), Duration::from_secs(60))?;
-        c.set_nodelay(true).map_err(|e| e.to_string())?;
-        let mut go = [0u8; 1];
-        std::io::Read::read_exact(&mut c, &mut go).map_err(|e| format!("waiting for go: {e}"))?;
+        let (mut c, mut go) = ktls_peer(port)?;
         // the first four bytes of an application data record header, one
         // segment each: the parser needs five to know the record's length
         let mut sent = 0;
