@@ -19,8 +19,20 @@
 //!   a wrong ICMP checksum: the sender dropped it, and path MTU discovery
 //!   through such a router black-holed.
 //!
+//! - a datagram routed back out of the netdevsim port it came in on: the
+//!   NIC transmits from net_iovs only when they are a dmabuf bound for TX
+//!   on it. Before the kernel fix (`net: check every frag of an unreadable
+//!   skb before transmit`) the core handed the driver the provider's rx
+//!   buffers, which a real NIC reads through another mapping (netdevsim
+//!   refuses them and counts a TX drop). IPv6 answers such a datagram with
+//!   a Redirect quoting it: before the fix (`ipv6: ndisc: quote only the
+//!   readable part of a redirected packet`) the quote went out with the
+//!   uninitialised bytes of a fresh skb where the payload could not be
+//!   copied.
+//!
 //! Topology: nsb (the peer) -> nsa (netdevsim, header split, queue 0 with
-//! or without a provider; forwarding on) -> veth, MTU 1280 -> nsc.
+//! or without a provider; forwarding on) -> veth, MTU 1280 -> nsc; and
+//! nsa -> back out of its netdevsim port -> nsb.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -34,7 +46,10 @@ use crate::net::{in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Snmp};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[("forward_unreadable_to_low_mtu", forward_unreadable_to_low_mtu)];
+pub const TESTS: &[(&str, TestFn)] = &[
+    ("forward_unreadable_to_low_mtu", forward_unreadable_to_low_mtu),
+    ("forward_unreadable_back_out", forward_unreadable_back_out),
+];
 
 /// The namespace behind the router.
 const NS_C: &str = "nsc";
@@ -260,6 +275,276 @@ fn forward_unreadable_to_low_mtu(env: &Env) -> Outcome {
         plain.frag_oks
     ));
     drop(router);
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// Where nsa routes back out of its netdevsim port (to nsb's MAC).
+const BACK4: &str = "203.0.113.5";
+const BACK6: &str = "2001:db8:3::5";
+/// Datagrams per family per round, and their size.
+const BACK_K: usize = 5;
+const BACK_DGRAM: usize = 1000;
+
+/// The datagrams of [`forward_unreadable_back_out`]: `BACK_K` per family,
+/// from nsb (on-link, so IPv6 answers with a Redirect) to the addresses nsa
+/// routes back out of the same port; every byte of each payload differs
+/// from its neighbours' and from zero.
+fn back_datagrams(round: u32) -> Vec<(bool, Vec<u8>)> {
+    let mut d = Vec::new();
+    for v6 in [false, true] {
+        for i in 0..BACK_K {
+            let mut ip = if v6 { pkt::Ip::new("2001:db8::2", BACK6) } else { pkt::Ip::new("192.0.2.2", BACK4) };
+            ip.id = (round * 100 + i as u32) as u16;
+            let hdrs = if v6 { 60 } else { 40 };
+            let payload: Vec<u8> = (0..BACK_DGRAM - hdrs).map(|j| 1 + ((j * 7 + i * 13 + round as usize) % 251) as u8).collect();
+            let tcp = pkt::Tcp { seq: round * 1_000_000 + (i as u32) * 4096, ..pkt::Tcp::data(41000, 9, payload) };
+            d.push((v6, pkt::tcp_datagram(&ip, &tcp)));
+        }
+    }
+    d
+}
+
+/// What nsb saw of one round: datagrams that came back, and the quotes of
+/// IPv6 Redirects (the Redirected Header option's data).
+#[derive(Debug, Default)]
+struct Back {
+    returned: usize,
+    quotes: Vec<Vec<u8>>,
+}
+
+/// Captures on nsb's device for `dur`: datagrams to [`BACK4`]/[`BACK6`] and
+/// ICMPv6 Redirects, not counting what nsb itself sends.
+fn back_capture(b_idx: u32, dur: Duration) -> std::thread::JoinHandle<Result<Back, String>> {
+    in_netns(NS_B, move || {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket creation; the fd is owned below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, i32::from(proto)) };
+        if fd < 0 {
+            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_protocol = proto;
+        sa.sll_ifindex = b_idx as i32;
+        let sl = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: `sa` is a valid sockaddr_ll for its size.
+        if unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), sl) } != 0 {
+            return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
+        }
+        let (b4, b6): ([u8; 4], [u8; 16]) = (
+            BACK4.parse::<std::net::Ipv4Addr>().unwrap().octets(),
+            BACK6.parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        );
+        let mut back = Back::default();
+        let mut buf = vec![0u8; 2048];
+        let t0 = Instant::now();
+        while t0.elapsed() < dur {
+            let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 20) };
+            loop {
+                let mut from = sa;
+                let mut fl = sl;
+                // SAFETY: `buf` and `from` are writable for the lengths given.
+                let n = unsafe {
+                    libc::recvfrom(raw, buf.as_mut_ptr().cast(), buf.len(), 0, (&mut from as *mut libc::sockaddr_ll).cast(), &mut fl)
+                };
+                if n <= 0 {
+                    break;
+                }
+                if from.sll_pkttype == libc::PACKET_OUTGOING {
+                    continue;
+                }
+                let f = &buf[..n as usize];
+                let Some(et) = f.get(12..14) else { continue };
+                match u16::from_be_bytes([et[0], et[1]]) {
+                    0x0800 if f.get(30..34) == Some(&b4[..]) => back.returned += 1,
+                    0x86dd if f.get(38..54) == Some(&b6[..]) => back.returned += 1,
+                    // ICMPv6 (next header 58) type 137: a Redirect
+                    0x86dd if f.get(20) == Some(&58) && f.get(54) == Some(&137) => {
+                        // options after type, code, sum, reserved, target, destination
+                        let mut o = &f[54 + 40..];
+                        while o.len() >= 8 && o[1] != 0 {
+                            let len = usize::from(o[1]) * 8;
+                            if o[0] == 4 && len <= o.len() {
+                                back.quotes.push(o[8..len].to_vec());
+                            }
+                            o = &o[len.min(o.len())..];
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(back)
+    })
+}
+
+/// netdevsim's count of TX skbs it refused because it could not read their
+/// frags (device 1's port: nsa's).
+fn tx_refused() -> Result<u64, String> {
+    let p = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/tx_unreadable_refused";
+    let t = std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
+    t.trim().parse().map_err(|e| format!("{p}: {t:?}: {e}"))
+}
+
+/// One round of [`forward_unreadable_back_out`]: sends the datagrams and
+/// returns what nsb saw, nsa's forwarded counts (IPv4, IPv6), the TX skbs
+/// netdevsim refused as unreadable and how many datagrams it split.
+fn back_round(n: &Nsim, mac: [u8; 6], sent: &[(bool, Vec<u8>)]) -> Result<(Back, u64, u64, u64, u64), String> {
+    let a0 = Snmp::read(NS_A)?;
+    let h0 = n.stats(1, 0)?;
+    let drop0 = tx_refused()?;
+    let cap = back_capture(n.b_idx, Duration::from_secs(3));
+    sleep(Duration::from_millis(200));
+    pkt::send_frames(NS_B, n.b_idx, sent.iter().map(|(v6, d)| pkt::frame(mac, *v6, d, 0)).collect())?;
+    let back = join(cap)?;
+    let a = Snmp::read(NS_A)?;
+    let drop1 = tx_refused()?;
+    Ok((
+        back,
+        a.since(&a0, "Ip:ForwDatagrams")?,
+        a.since(&a0, "Ip6OutForwDatagrams")?,
+        drop1 - drop0,
+        n.stats(1, 0)?.since(&h0).dma_packets,
+    ))
+}
+
+/// Every Redirect quote must be a prefix of one datagram sent (the quote
+/// starts at its IPv6 header), never longer than the datagram and never
+/// empty. Returns the quoted lengths.
+fn check_quotes(what: &str, back: &Back, sent: &[(bool, Vec<u8>)]) -> Result<Vec<usize>, String> {
+    let mut lens = Vec::new();
+    for q in &back.quotes {
+        let Some((_, d)) = sent.iter().filter(|(v6, _)| *v6).find(|(_, d)| q.len() >= 48 && d.get(..48) == q.get(..48)) else {
+            return Err(format!("{what}: a Redirect quotes {} bytes that start like no datagram sent", q.len()));
+        };
+        if q.len() > d.len() + 7 {
+            return Err(format!("{what}: a Redirect quotes {} bytes of a {}-byte datagram", q.len(), d.len()));
+        }
+        let n = q.len().min(d.len());
+        if let Some(i) = (0..n).find(|&i| q[i] != d[i]) {
+            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            return Err(format!(
+                "{what}: a Redirect quotes {} bytes of the datagram, {} of them differ; from byte {i}: {} \
+                 where the datagram has {}",
+                q.len(),
+                (0..n).filter(|&i| q[i] != d[i]).count(),
+                hex(&q[i..n.min(i + 16)]),
+                hex(&d[i..n.min(i + 16)])
+            ));
+        }
+        lens.push(q.len());
+    }
+    Ok(lens)
+}
+
+/// A router whose route for a destination leads back out of the port a
+/// datagram came in on, with a provider bound to that port's queue.
+/// Without a provider (the control) each datagram goes back out whole and
+/// IPv6 quotes it in a Redirect. With zcrx-rs bound, the payload is in the
+/// provider's buffers: nsa must forward nothing (netdevsim, like bnxt or
+/// mlx5, transmits from net_iovs, but only from a dmabuf bound for TX on
+/// it), and netdevsim must refuse none (the core keeps such skbs from it),
+/// and every Redirect must quote only bytes of the datagram.
+fn forward_unreadable_back_out(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
+    let mac_b = tryo!(pkt::hwaddr(NS_B, &n.b));
+    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    tryo!(run(
+        "ip",
+        &["-n", NS_A, "-b", "-"],
+        &format!(
+            // a link-local address that is not tentative: a Redirect
+            // comes from one (the automatic one waits for DAD)
+            "addr add fe80::a/64 dev {a} nodad\n\
+             route add 203.0.113.0/24 via 192.0.2.2 dev {a}\nroute add 2001:db8:3::/64 dev {a}\n\
+             neigh replace 192.0.2.2 lladdr {mac_b} dev {a} nud permanent\n\
+             neigh replace 2001:db8::2 lladdr {mac_b} dev {a} nud permanent\n\
+             neigh replace {BACK6} lladdr {mac_b} dev {a} nud permanent\n",
+            a = n.a
+        ),
+    ));
+    let a_dev = n.a.clone();
+    tryo!(join(in_netns(NS_A, move || {
+        for (k, v) in [
+            ("ipv4/ip_forward".to_string(), "1"),
+            ("ipv6/conf/all/forwarding".to_string(), "1"),
+            ("ipv4/conf/all/send_redirects".to_string(), "0"),
+            (format!("ipv4/conf/{a_dev}/send_redirects"), "0"),
+        ] {
+            let p = format!("/proc/sys/net/{k}");
+            std::fs::write(&p, v).map_err(|e| format!("{p} = {v}: {e}"))?;
+        }
+        Ok(())
+    })));
+    let k = BACK_K as u64;
+
+    // The control: no provider, readable skbs.
+    let sent = back_datagrams(1);
+    let (back, f4, f6, drops, _) = tryo!(back_round(&n, mac, &sent));
+    let lens = tryo!(check_quotes("no provider", &back, &sent));
+    env.diag(&format!(
+        "no provider: forwarded {f4} IPv4 + {f6} IPv6, {} came back to nsb, netdevsim refused {drops} to transmit, \
+         Redirects quoting {lens:?} bytes",
+        back.returned
+    ));
+    if f4 != k || f6 != k || back.returned != 2 * BACK_K || drops != 0 || lens.is_empty() {
+        return Fail(format!("no provider: want {k} + {k} forwarded and back at nsb, none refused by netdevsim, a Redirect"));
+    }
+
+    // Redirects to one peer are rate limited (a token a second).
+    sleep(Duration::from_secs(3));
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let rx = with_receiver(n.a_idx, 0, 1 << 20, 7331, false, move |_z, _l| {
+        let _ = go_rx.recv();
+        Ok(())
+    });
+    let sent = back_datagrams(2);
+    let r = back_round(&n, mac, &sent);
+    let _ = go_tx.send(());
+    tryo!(join(rx));
+    let (back, f4, f6, drops, split) = tryo!(r);
+    let quotes = check_quotes("zcrx-rs bound", &back, &sent);
+    env.diag(&format!(
+        "zcrx-rs bound: {split} datagrams split into the area, forwarded {f4} IPv4 + {f6} IPv6, {} came back to nsb, \
+         netdevsim refused {drops} to transmit, Redirects: {}",
+        back.returned,
+        match &quotes {
+            Ok(l) => format!("quoting {l:?} bytes"),
+            Err(e) => e.clone(),
+        }
+    ));
+    if split != 2 * k {
+        return Fail(format!("zcrx-rs bound: netdevsim split {split} datagrams into the area, not {}", 2 * k));
+    }
+    if f4 != k || f6 != k {
+        return Fail(format!("zcrx-rs bound: want {k} + {k} datagrams through the forward path"));
+    }
+    let mut bad = Vec::new();
+    if drops != 0 {
+        bad.push(format!("the core handed netdevsim {drops} skbs of provider rx buffers to transmit (it refused them)"));
+    }
+    if back.returned != 0 {
+        bad.push(format!("{} datagrams in provider memory were transmitted", back.returned));
+    }
+    match quotes {
+        Err(e) => bad.push(e),
+        Ok(l) if l.is_empty() => bad.push("no Redirect came (the quote is not tested)".into()),
+        Ok(_) => {}
+    }
+    if !bad.is_empty() {
+        return Fail(format!("zcrx-rs bound: {}", bad.join("; ")));
+    }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

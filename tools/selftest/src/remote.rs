@@ -28,8 +28,13 @@
 //! copy share), netdevsim's counters, and how often kprobes saw the kernel
 //! functions that read payload (all calls, readable or not).
 //!
+//! GRO mixing: the `gro_mix` class sends small and large in-order segments
+//! back to back while it changes netdevsim's `hds_copybreak` now and then
+//! (small payloads stay readable in the header buffer), so readable and
+//! unreadable skbs of one flow meet in GRO.
+//!
 //! Not yet: MD5/AO-signed segments, MPTCP, kTLS, ESP, tunnels (netdevsim
-//! splits only plain TCP), GRO mixing (needs a netdevsim knob). Parking
+//! splits only plain TCP). Parking
 //! out-of-order data for good is a test of its own,
 //! `ofo_parker_cannot_stall_others`; every session here ends with a RST
 //! that frees its queues.
@@ -346,8 +351,28 @@ impl Attacker {
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
         let class =
-            self.rng.pick(&["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win"]);
+            self.rng.pick(&["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix"]);
         match class {
+            "gro_mix" => {
+                // Now and then a new copybreak on the victim's device:
+                // segments of at most that many bytes stay readable in the
+                // header buffer, the others are split. In-order segments of
+                // both kinds, back to back, meet in one GRO batch.
+                if self.rng.pct(10) {
+                    let cb = self.rng.pick(&[0u32, 64, 256, 1000]);
+                    let what = if write_copybreak(cb).is_ok() { "copybreak changed" } else { "copybreak write failed" };
+                    self.note(what);
+                }
+                let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
+                let mut off = 0u32;
+                for _ in 0..4 + self.rng.below(12) {
+                    let n = if self.rng.pct(50) { 1 + self.rng.below(256) } else { 257 + self.rng.below(1144) } as u32;
+                    let t = s.seg(off, ACK | PSH, self.payload(n as usize));
+                    self.send_seg(class, &s, &t);
+                    off += n;
+                }
+                self.reset(class, &s, off);
+            }
             "options" => {
                 let soup = self.rng.pct(50);
                 let Some(s) = self.handshake(class, GARBAGE_PORT, soup) else { return };
@@ -465,9 +490,16 @@ impl Attacker {
                 ip.df = self.rng.pct(50);
                 ip.ttl = self.rng.pick(&[1, 2, 64]);
                 ip.id = self.rng.next() as u16;
-                let n = 100 + self.rng.below(1400) as usize;
-                let t = Tcp { seq: self.rng.next() as u32, ..Tcp::data(40000, 9, self.payload(n)) };
-                self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                // 1 to 8 segments of one flow, back to back (GRO may
+                // merge them before they are forwarded)
+                let mut seq = self.rng.next() as u32;
+                for _ in 0..1 + self.rng.below(8) {
+                    let n = 100 + self.rng.below(1400) as usize;
+                    let t = Tcp { seq, ..Tcp::data(40000, 9, self.payload(n)) };
+                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                    seq = seq.wrapping_add(n as u32);
+                    ip.id = ip.id.wrapping_add(1);
+                }
             }
             "bad_csum" => {
                 let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
@@ -523,19 +555,28 @@ impl Attacker {
                 let v6 = self.rng.pct(50);
                 let ip = if v6 { Ip::new(PHANTOM6, "2001:db8::1") } else { Ip::new(PHANTOM4, "192.0.2.1") };
                 let dport = self.rng.pick(&[VALID_PORT, GARBAGE_PORT, 9]);
-                let n = self.rng.below(1400) as usize;
-                let mut t = Tcp {
-                    seq: self.rng.next() as u32,
-                    ack: self.rng.next() as u32,
-                    flags: self.rng.next() as u8,
-                    urg: self.rng.next() as u16,
-                    ..Tcp::data(1024 + self.rng.below(60000) as u16, dport, self.payload(n))
-                };
-                t.opts = self.option_soup();
-                self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                let sport = 1024 + self.rng.below(60000) as u16;
+                for _ in 0..1 + self.rng.below(8) {
+                    let n = self.rng.below(1400) as usize;
+                    let mut t = Tcp {
+                        seq: self.rng.next() as u32,
+                        ack: self.rng.next() as u32,
+                        flags: self.rng.next() as u8,
+                        urg: self.rng.next() as u16,
+                        ..Tcp::data(sport, dport, self.payload(n))
+                    };
+                    t.opts = self.option_soup();
+                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                }
             }
         }
     }
+}
+
+/// netdevsim's `hds_copybreak` on the victim's device (netdevsim1).
+fn write_copybreak(bytes: u32) -> Result<(), String> {
+    let p = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_copybreak";
+    std::fs::write(p, bytes.to_string()).map_err(|e| format!("{p}: {e}"))
 }
 
 /// What the victim saw.
@@ -920,6 +961,17 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let d = tryo!(d);
     let total: u64 = sent.values().sum();
     env.diag(&format!("attacker: {total} frames: {}", sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
+    // `make fuzz-net`'s bar: every class sent at least 1000 times.
+    let classes = ["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix"];
+    let few: Vec<String> = classes
+        .iter()
+        .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
+        .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
+        .collect();
+    env.diag(&format!(
+        "classes sent fewer than 1000 times: {}",
+        if few.is_empty() { "none".to_string() } else { few.join(", ") }
+    ));
     env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \
