@@ -46,10 +46,8 @@ use crate::net::{in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Snmp};
 use crate::{Env, TestFn};
 
-pub const TESTS: &[(&str, TestFn)] = &[
-    ("forward_unreadable_to_low_mtu", forward_unreadable_to_low_mtu),
-    ("forward_unreadable_back_out", forward_unreadable_back_out),
-];
+pub const TESTS: &[(&str, TestFn)] =
+    &[("forward_unreadable_to_low_mtu", forward_unreadable_to_low_mtu), ("forward_unreadable_back_out", forward_unreadable_back_out)];
 
 /// The namespace behind the router.
 const NS_C: &str = "nsc";
@@ -281,8 +279,8 @@ fn forward_unreadable_to_low_mtu(env: &Env) -> Outcome {
 }
 
 /// Where nsa routes back out of its netdevsim port (to nsb's MAC).
-const BACK4: &str = "203.0.113.5";
-const BACK6: &str = "2001:db8:3::5";
+pub(crate) const BACK4: &str = "203.0.113.5";
+pub(crate) const BACK6: &str = "2001:db8:3::5";
 /// Datagrams per family per round, and their size.
 const BACK_K: usize = 5;
 const BACK_DGRAM: usize = 1000;
@@ -315,8 +313,9 @@ struct Back {
 }
 
 /// Captures on nsb's device for `dur`: datagrams to [`BACK4`]/[`BACK6`] and
-/// ICMPv6 Redirects, not counting what nsb itself sends.
-fn back_capture(b_idx: u32, dur: Duration) -> std::thread::JoinHandle<Result<Back, String>> {
+/// ICMPv6 Redirects, not counting what nsb itself sends. `ready` hears
+/// once the socket is bound.
+fn back_capture(b_idx: u32, dur: Duration, ready: mpsc::Sender<()>) -> std::thread::JoinHandle<Result<Back, String>> {
     in_netns(NS_B, move || {
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket creation; the fd is owned below.
@@ -337,10 +336,9 @@ fn back_capture(b_idx: u32, dur: Duration) -> std::thread::JoinHandle<Result<Bac
         if unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), sl) } != 0 {
             return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
         }
-        let (b4, b6): ([u8; 4], [u8; 16]) = (
-            BACK4.parse::<std::net::Ipv4Addr>().unwrap().octets(),
-            BACK6.parse::<std::net::Ipv6Addr>().unwrap().octets(),
-        );
+        let _ = ready.send(());
+        let (b4, b6): ([u8; 4], [u8; 16]) =
+            (BACK4.parse::<std::net::Ipv4Addr>().unwrap().octets(), BACK6.parse::<std::net::Ipv6Addr>().unwrap().octets());
         let mut back = Back::default();
         let mut buf = vec![0u8; 2048];
         let t0 = Instant::now();
@@ -388,32 +386,79 @@ fn back_capture(b_idx: u32, dur: Duration) -> std::thread::JoinHandle<Result<Bac
 
 /// netdevsim's count of TX skbs it refused because it could not read their
 /// frags (device 1's port: nsa's).
-fn tx_refused() -> Result<u64, String> {
+pub(crate) fn tx_refused() -> Result<u64, String> {
     let p = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/tx_unreadable_refused";
     let t = std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
     t.trim().parse().map_err(|e| format!("{p}: {t:?}: {e}"))
 }
 
 /// One round of [`forward_unreadable_back_out`]: sends the datagrams and
-/// returns what nsb saw, nsa's forwarded counts (IPv4, IPv6), the TX skbs
-/// netdevsim refused as unreadable and how many datagrams it split.
-fn back_round(n: &Nsim, mac: [u8; 6], sent: &[(bool, Vec<u8>)]) -> Result<(Back, u64, u64, u64, u64), String> {
+/// returns what nsa, nsb and netdevsim saw.
+fn back_round(n: &Nsim, mac: [u8; 6], sent: &[(bool, Vec<u8>)]) -> Result<BackRound, String> {
     let a0 = Snmp::read(NS_A)?;
     let h0 = n.stats(1, 0)?;
     let drop0 = tx_refused()?;
-    let cap = back_capture(n.b_idx, Duration::from_secs(3));
-    sleep(Duration::from_millis(200));
+    let core0 = tx_dropped(NS_A, &n.a)?;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let cap = back_capture(n.b_idx, Duration::from_secs(3), ready_tx);
+    if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        return Err(join(cap).err().unwrap_or_else(|| "the capture did not start".into()));
+    }
     pkt::send_frames(NS_B, n.b_idx, sent.iter().map(|(v6, d)| pkt::frame(mac, *v6, d, 0)).collect())?;
     let back = join(cap)?;
     let a = Snmp::read(NS_A)?;
     let drop1 = tx_refused()?;
-    Ok((
+    Ok(BackRound {
         back,
-        a.since(&a0, "Ip:ForwDatagrams")?,
-        a.since(&a0, "Ip6OutForwDatagrams")?,
-        drop1 - drop0,
-        n.stats(1, 0)?.since(&h0).dma_packets,
-    ))
+        fwd4: a.since(&a0, "Ip:ForwDatagrams")?,
+        fwd6: a.since(&a0, "Ip6OutForwDatagrams")?,
+        refused: drop1 - drop0,
+        tx_dropped: tx_dropped(NS_A, &n.a)? - core0,
+        split: n.stats(1, 0)?.since(&h0).dma_packets,
+    })
+}
+
+/// What one round of [`forward_unreadable_back_out`] saw.
+struct BackRound {
+    back: Back,
+    /// nsa's forwarded datagrams, IPv4 and IPv6.
+    fwd4: u64,
+    fwd6: u64,
+    /// TX skbs netdevsim refused as unreadable (its own count).
+    refused: u64,
+    /// nsa's port's TX drops, the core's and the driver's.
+    tx_dropped: u64,
+    /// Datagrams netdevsim split into the area.
+    split: u64,
+}
+
+/// TX drops of `dev` in `ns` (`ip -s -o link`: the driver's and the
+/// core's).
+fn tx_dropped(ns: &str, dev: &str) -> Result<u64, String> {
+    let out = run("ip", &["-n", ns, "-s", "-o", "link", "show", "dev", dev], "")?;
+    let parts: Vec<&str> = out.split('\\').map(str::trim).collect();
+    let i = parts.iter().position(|p| p.starts_with("TX:")).ok_or(format!("no TX counters in: {out}"))?;
+    let v: Vec<u64> = parts.get(i + 1).unwrap_or(&"").split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    match v[..] {
+        [_, _, _, dropped, ..] => Ok(dropped),
+        _ => Err(format!("cannot read TX counters in: {out}")),
+    }
+}
+
+/// netdevsim transmits from net_iovs (netmem TX) only where DMA addresses
+/// are physical addresses of coherent memory: no IOMMU, no forced bounce
+/// buffers. Elsewhere the core drops every unreadable skb for it, and
+/// [`forward_unreadable_back_out`] would prove nothing.
+fn netdevsim_has_netmem_tx() -> Result<(), String> {
+    let groups = std::fs::read_dir("/sys/kernel/iommu_groups").map(|d| d.count()).unwrap_or(0);
+    let cmdline = std::fs::read_to_string("/proc/cmdline").map_err(|e| format!("/proc/cmdline: {e}"))?;
+    if groups != 0 || cmdline.contains("swiotlb=force") {
+        return Err(format!(
+            "netdevsim has no netmem TX here ({groups} IOMMU groups, swiotlb forced: {})",
+            cmdline.contains("swiotlb=force")
+        ));
+    }
+    Ok(())
 }
 
 /// Every Redirect quote must be a prefix of one datagram sent (the quote
@@ -445,27 +490,17 @@ fn check_quotes(what: &str, back: &Back, sent: &[(bool, Vec<u8>)]) -> Result<Vec
     Ok(lens)
 }
 
-/// A router whose route for a destination leads back out of the port a
-/// datagram came in on, with a provider bound to that port's queue.
-/// Without a provider (the control) each datagram goes back out whole and
-/// IPv6 quotes it in a Redirect. With zcrx-rs bound, the payload is in the
-/// provider's buffers: nsa must forward nothing (netdevsim, like bnxt or
-/// mlx5, transmits from net_iovs, but only from a dmabuf bound for TX on
-/// it), and netdevsim must refuse none (the core keeps such skbs from it),
-/// and every Redirect must quote only bytes of the datagram.
-fn forward_unreadable_back_out(env: &Env) -> Outcome {
-    tryo!(ensure_loaded(env));
-    let n = tryo!(Nsim::up(1));
-    tryo!(n.hds(true));
-    let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
-    let mac_b = tryo!(pkt::hwaddr(NS_B, &n.b));
+/// Makes nsa route [`BACK4`]'s /24 and [`BACK6`] back out of its
+/// netdevsim port, to nsb's MAC, forwarding on (IPv4 redirects off, IPv6
+/// ones sent from a link-local address that is not tentative).
+pub(crate) fn back_out_up(n: &Nsim) -> Result<(), String> {
+    let mac_b = pkt::hwaddr(NS_B, &n.b)?;
     let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-    tryo!(run(
+    run(
         "ip",
         &["-n", NS_A, "-b", "-"],
         &format!(
-            // a link-local address that is not tentative: a Redirect
-            // comes from one (the automatic one waits for DAD)
+            // the automatic link-local address waits for DAD
             "addr add fe80::a/64 dev {a} nodad\n\
              route add 203.0.113.0/24 via 192.0.2.2 dev {a}\nroute add 2001:db8:3::/64 dev {a}\n\
              neigh replace 192.0.2.2 lladdr {mac_b} dev {a} nud permanent\n\
@@ -473,9 +508,9 @@ fn forward_unreadable_back_out(env: &Env) -> Outcome {
              neigh replace {BACK6} lladdr {mac_b} dev {a} nud permanent\n",
             a = n.a
         ),
-    ));
+    )?;
     let a_dev = n.a.clone();
-    tryo!(join(in_netns(NS_A, move || {
+    join(in_netns(NS_A, move || {
         for (k, v) in [
             ("ipv4/ip_forward".to_string(), "1"),
             ("ipv6/conf/all/forwarding".to_string(), "1"),
@@ -486,23 +521,41 @@ fn forward_unreadable_back_out(env: &Env) -> Outcome {
             std::fs::write(&p, v).map_err(|e| format!("{p} = {v}: {e}"))?;
         }
         Ok(())
-    })));
+    }))
+}
+
+/// A router whose route for a destination leads back out of the port a
+/// datagram came in on, with a provider bound to that port's queue.
+/// Without a provider (the control) each datagram goes back out whole and
+/// IPv6 quotes it in a Redirect. With zcrx-rs bound, the payload is in the
+/// provider's buffers: nsa must forward nothing (netdevsim, like bnxt or
+/// mlx5, transmits from net_iovs, but only from a dmabuf bound for TX on
+/// it), and netdevsim must refuse none (the core keeps such skbs from it),
+/// and every Redirect must quote only bytes of the datagram.
+fn forward_unreadable_back_out(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    tryo!(netdevsim_has_netmem_tx());
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
+    tryo!(back_out_up(&n));
     let k = BACK_K as u64;
 
     // The control: no provider, readable skbs.
     let sent = back_datagrams(1);
-    let (back, f4, f6, drops, _) = tryo!(back_round(&n, mac, &sent));
-    let lens = tryo!(check_quotes("no provider", &back, &sent));
+    let r = tryo!(back_round(&n, mac, &sent));
+    let lens = tryo!(check_quotes("no provider", &r.back, &sent));
     env.diag(&format!(
-        "no provider: forwarded {f4} IPv4 + {f6} IPv6, {} came back to nsb, netdevsim refused {drops} to transmit, \
+        "no provider: forwarded {} IPv4 + {} IPv6, {} came back to nsb, TX drops {} (netdevsim refused {}), \
          Redirects quoting {lens:?} bytes",
-        back.returned
+        r.fwd4, r.fwd6, r.back.returned, r.tx_dropped, r.refused
     ));
-    if f4 != k || f6 != k || back.returned != 2 * BACK_K || drops != 0 || lens.is_empty() {
-        return Fail(format!("no provider: want {k} + {k} forwarded and back at nsb, none refused by netdevsim, a Redirect"));
+    if r.fwd4 != k || r.fwd6 != k || r.back.returned != 2 * BACK_K || r.tx_dropped != 0 || lens.is_empty() {
+        return Fail(format!("no provider: want {k} + {k} forwarded and back at nsb, no TX drop, a Redirect"));
     }
 
-    // Redirects to one peer are rate limited (a token a second).
+    // Redirects to one peer are rate limited (a token a second, a burst
+    // of six): the control spent five.
     sleep(Duration::from_secs(3));
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let rx = with_receiver(n.a_idx, 0, 1 << 20, 7331, false, move |_z, _l| {
@@ -513,29 +566,39 @@ fn forward_unreadable_back_out(env: &Env) -> Outcome {
     let r = back_round(&n, mac, &sent);
     let _ = go_tx.send(());
     tryo!(join(rx));
-    let (back, f4, f6, drops, split) = tryo!(r);
-    let quotes = check_quotes("zcrx-rs bound", &back, &sent);
+    let r = tryo!(r);
+    let quotes = check_quotes("zcrx-rs bound", &r.back, &sent);
     env.diag(&format!(
-        "zcrx-rs bound: {split} datagrams split into the area, forwarded {f4} IPv4 + {f6} IPv6, {} came back to nsb, \
-         netdevsim refused {drops} to transmit, Redirects: {}",
-        back.returned,
+        "zcrx-rs bound: {} datagrams split into the area, forwarded {} IPv4 + {} IPv6, {} came back to nsb, \
+         TX drops {} (netdevsim refused {}), Redirects: {}",
+        r.split,
+        r.fwd4,
+        r.fwd6,
+        r.back.returned,
+        r.tx_dropped,
+        r.refused,
         match &quotes {
             Ok(l) => format!("quoting {l:?} bytes"),
             Err(e) => e.clone(),
         }
     ));
-    if split != 2 * k {
-        return Fail(format!("zcrx-rs bound: netdevsim split {split} datagrams into the area, not {}", 2 * k));
+    if r.split != 2 * k {
+        return Fail(format!("zcrx-rs bound: netdevsim split {} datagrams into the area, not {}", r.split, 2 * k));
     }
-    if f4 != k || f6 != k {
+    if r.fwd4 != k || r.fwd6 != k {
         return Fail(format!("zcrx-rs bound: want {k} + {k} datagrams through the forward path"));
     }
     let mut bad = Vec::new();
-    if drops != 0 {
-        bad.push(format!("the core handed netdevsim {drops} skbs of provider rx buffers to transmit (it refused them)"));
+    if r.refused != 0 {
+        bad.push(format!("the core handed netdevsim {} skbs of provider rx buffers to transmit (it refused them)", r.refused));
     }
-    if back.returned != 0 {
-        bad.push(format!("{} datagrams in provider memory were transmitted", back.returned));
+    if r.back.returned != 0 {
+        bad.push(format!("{} datagrams in provider memory were transmitted", r.back.returned));
+    }
+    // Every datagram dropped at transmit, by the core or the driver; not
+    // lost on the way there.
+    if r.tx_dropped != 2 * k {
+        bad.push(format!("{} TX drops on nsa's port, not {}", r.tx_dropped, 2 * k));
     }
     match quotes {
         Err(e) => bad.push(e),

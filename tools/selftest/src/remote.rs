@@ -31,7 +31,9 @@
 //! GRO mixing: the `gro_mix` class sends small and large in-order segments
 //! back to back while it changes netdevsim's `hds_copybreak` now and then
 //! (small payloads stay readable in the header buffer), so readable and
-//! unreadable skbs of one flow meet in GRO.
+//! unreadable skbs of one flow meet in GRO. The `back_out` class sends
+//! segments nsa routes back out of its netdevsim port (a NIC with netmem
+//! TX), so that IPv6 answers with Redirects quoting them.
 //!
 //! Not yet: MD5/AO-signed segments, MPTCP, kTLS, ESP, tunnels (netdevsim
 //! splits only plain TCP). Parking
@@ -80,6 +82,7 @@ const PROBES: &[&str] = &[
     "tcp_urg",
     "__skb_to_sgvec",
     "__icmp_send",
+    "ndisc_send_redirect",
 ];
 
 /// kprobe events on [`PROBES`]; removed on drop.
@@ -350,9 +353,33 @@ impl Attacker {
 
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
-        let class =
-            self.rng.pick(&["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix"]);
+        let class = self.rng.pick(&[
+            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out",
+        ]);
         match class {
+            "back_out" => {
+                // Routed back out of the port they came in on (nsa's route
+                // to 203.0.113.0/24 and 2001:db8:3::5 leads to nsb): the
+                // NIC must not be handed provider memory to transmit, and
+                // IPv6 answers with Redirects quoting them.
+                let v6 = self.rng.pct(50);
+                let mut ip = if v6 {
+                    Ip::new(PHANTOM6, crate::forward::BACK6)
+                } else {
+                    Ip::new(PHANTOM4, &format!("203.0.113.{}", 1 + self.rng.below(250)))
+                };
+                ip.df = self.rng.pct(50);
+                ip.ttl = self.rng.pick(&[1, 2, 64]);
+                ip.id = self.rng.next() as u16;
+                let mut seq = self.rng.next() as u32;
+                for _ in 0..1 + self.rng.below(8) {
+                    let n = 1 + self.rng.below(1400) as usize;
+                    let t = Tcp { seq, ..Tcp::data(40001, 9, self.payload(n)) };
+                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                    seq = seq.wrapping_add(n as u32);
+                    ip.id = ip.id.wrapping_add(1);
+                }
+            }
             "gro_mix" => {
                 // Now and then a new copybreak on the victim's device:
                 // segments of at most that many bytes stay readable in the
@@ -891,10 +918,12 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let router = tryo!(Router::up());
+    tryo!(crate::forward::back_out_up(&n));
     let mac_a = tryo!(phantom_up(&n));
     let (probes, unprobed) = Probes::new();
     let hits0 = probes.hits();
     let before = tryo!(n.stats(1, 0));
+    let refused0 = tryo!(crate::forward::tx_refused());
 
     let stop = Arc::new(AtomicBool::new(false));
     let (vl_tx, vl_rx) = std::sync::mpsc::channel::<TcpListener>();
@@ -955,23 +984,23 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let hits = probes.hits();
     drop(probes);
     let d = n.stats(1, 0).map(|s| s.since(&before));
+    let refused = crate::forward::tx_refused().map(|r| r - refused0);
     let (sent, events) = tryo!(att);
     let (ids, bytes) = tryo!(snd);
     let v = tryo!(vic);
     let d = tryo!(d);
+    let refused = tryo!(refused);
     let total: u64 = sent.values().sum();
     env.diag(&format!("attacker: {total} frames: {}", sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     // `make fuzz-net`'s bar: every class sent at least 1000 times.
-    let classes = ["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix"];
+    let classes =
+        ["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out"];
     let few: Vec<String> = classes
         .iter()
         .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
         .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
         .collect();
-    env.diag(&format!(
-        "classes sent fewer than 1000 times: {}",
-        if few.is_empty() { "none".to_string() } else { few.join(", ") }
-    ));
+    env.diag(&format!("classes sent fewer than 1000 times: {}", if few.is_empty() { "none".to_string() } else { few.join(", ") }));
     env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \
@@ -1000,6 +1029,10 @@ fn fuzz_remote(env: &Env) -> Outcome {
         hits.iter().map(|(k, n)| format!("{k} {}", n - hits0.get(k).copied().unwrap_or(0))).collect::<Vec<_>>().join(", "),
         if unprobed.is_empty() { String::new() } else { format!("; not probed: {}", unprobed.join(", ")) }
     ));
+    env.diag(&format!("netdevsim refused to transmit {refused} unreadable skbs (the core must keep them from it)"));
+    if refused != 0 {
+        return Fail(format!("the core handed netdevsim {refused} skbs of provider rx buffers to transmit"));
+    }
     if v.valid_done != ids || v.valid_bytes != bytes {
         return Fail(format!("{} of {ids} valid connections verified ({} of {bytes} bytes)", v.valid_done, v.valid_bytes));
     }
