@@ -35,8 +35,13 @@
 //! segments nsa routes back out of its netdevsim port (a NIC with netmem
 //! TX), so that IPv6 answers with Redirects quoting them.
 //!
-//! Not yet: MD5/AO-signed segments, MPTCP, kTLS, ESP, tunnels (netdevsim
-//! splits only plain TCP). Parking
+//! The `signed` class sends segments with a TCP-MD5 or TCP-AO option and
+//! a payload to listeners that have keys for the phantom: the victim
+//! checks the signature, which needs the payload, before any sequence
+//! check.
+//!
+//! Not yet: MPTCP, kTLS, ESP, tunnels (netdevsim splits only plain TCP).
+//! Parking
 //! out-of-order data for good is a test of its own,
 //! `ofo_parker_cannot_stall_others`; every session here ends with a RST
 //! that frees its queues.
@@ -68,6 +73,9 @@ pub const TESTS: &[(&str, TestFn)] = &[
 
 const VALID_PORT: u16 = 7400;
 const GARBAGE_PORT: u16 = 7401;
+/// Listeners with a TCP-MD5 and a TCP-AO key for the phantom addresses.
+const MD5_PORT: u16 = 7404;
+const AO_PORT: u16 = 7405;
 const PHANTOM4: &str = "192.0.2.77";
 const PHANTOM6: &str = "2001:db8::77";
 /// Functions that read payload: how often the run reached them.
@@ -354,9 +362,37 @@ impl Attacker {
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
         let class = self.rng.pick(&[
-            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out",
+            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix",
+            "back_out", "signed",
         ]);
         match class {
+            "signed" => {
+                // Segments with a TCP-MD5 or TCP-AO option (a random
+                // signature) and a payload, to a listener that has a key
+                // for the phantom: the victim hashes the payload to check
+                // the signature, before any sequence check.
+                let v6 = self.rng.pct(50);
+                let ip = if v6 { Ip::new(PHANTOM6, "2001:db8::1") } else { Ip::new(PHANTOM4, "192.0.2.1") };
+                let ao = self.rng.pct(50);
+                let sport = 1024 + self.rng.below(60000) as u16;
+                for _ in 0..1 + self.rng.below(4) {
+                    let n = 1 + self.rng.below(1400) as usize;
+                    let mut t = Tcp {
+                        seq: self.rng.next() as u32,
+                        ack: self.rng.next() as u32,
+                        flags: self.rng.pick(&[ACK | PSH, ACK, ACK | PSH | URG, ACK | FIN]),
+                        urg: self.rng.next() as u16,
+                        ..Tcp::data(sport, if ao { AO_PORT } else { MD5_PORT }, self.payload(n))
+                    };
+                    // MD5: kind 19, a 16-byte digest; AO: kind 29, key ids
+                    // and a 12-byte MAC (hmac(sha1), truncated)
+                    t.opts = if ao { vec![29, 16, 100, 100] } else { vec![19, 18] };
+                    for _ in 0..if ao { 12 } else { 16 } {
+                        t.opts.push(self.rng.next() as u8);
+                    }
+                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+                }
+            }
             "back_out" => {
                 // Routed back out of the port they came in on (nsa's route
                 // to 203.0.113.0/24 and 2001:db8:3::5 leads to nsb): the
@@ -902,6 +938,22 @@ fn ofo_parkers(env: &Env, bufs: usize, conns: u32, segs: u32, port: u16) -> Outc
     Pass
 }
 
+/// Listeners on [`MD5_PORT`] and [`AO_PORT`] with keys for the phantom
+/// addresses, in the calling thread's namespace (nsa).
+fn signed_listeners() -> Result<[TcpListener; 2], String> {
+    use crate::signed::{add_key, Sig};
+    let mut ls = Vec::new();
+    for (sig, port) in [(Sig::Md5, MD5_PORT), (Sig::Ao, AO_PORT)] {
+        let l = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen {port}: {e}"))?;
+        let v4: std::net::Ipv4Addr = PHANTOM4.parse().unwrap();
+        for peer in [PHANTOM6.parse().unwrap(), v4.to_ipv6_mapped()] {
+            add_key(l.as_raw_fd(), sig, peer).map_err(|e| format!("port {port}: key for {peer}: {e}"))?;
+        }
+        ls.push(l);
+    }
+    ls.try_into().map_err(|_| "two listeners".to_string())
+}
+
 /// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.
 fn valid_len(id: u64) -> u64 {
     let mut r = Rng(id ^ 0x5eed);
@@ -924,17 +976,21 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let hits0 = probes.hits();
     let before = tryo!(n.stats(1, 0));
     let refused0 = tryo!(crate::forward::tx_refused());
+    let snmp0 = tryo!(pkt::Snmp::read(NS_A));
 
     let stop = Arc::new(AtomicBool::new(false));
     let (vl_tx, vl_rx) = std::sync::mpsc::channel::<TcpListener>();
     let stop_v = stop.clone();
     let victim = with_receiver(n.a_idx, 0, 64 << 20, GARBAGE_PORT, true, move |z, garbage| {
         let valid = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, VALID_PORT)).map_err(|e| format!("listen: {e}"))?;
+        let _signed = signed_listeners()?;
         let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
         victim_loop(z, valid, garbage, &stop_v)
     });
     // The valid listener is up once its clone arrives.
-    let _valid_listener = tryo!(vl_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| "victim did not listen".to_string()));
+    let Ok(_valid_listener) = vl_rx.recv_timeout(Duration::from_secs(60)) else {
+        return Fail(join(victim).err().unwrap_or_else(|| "victim did not listen".into()));
+    };
     let deadline = Instant::now() + Duration::from_secs(secs);
 
     let stop_s = stop.clone();
@@ -985,16 +1041,21 @@ fn fuzz_remote(env: &Env) -> Outcome {
     drop(probes);
     let d = n.stats(1, 0).map(|s| s.since(&before));
     let refused = crate::forward::tx_refused().map(|r| r - refused0);
+    let snmp = pkt::Snmp::read(NS_A);
     let (sent, events) = tryo!(att);
     let (ids, bytes) = tryo!(snd);
     let v = tryo!(vic);
     let d = tryo!(d);
     let refused = tryo!(refused);
+    let snmp = tryo!(snmp);
+    let (md5_bad, ao_bad) = (tryo!(snmp.since(&snmp0, "TcpExt:TCPMD5Failure")), tryo!(snmp.since(&snmp0, "TcpExt:TCPAOBad")));
     let total: u64 = sent.values().sum();
     env.diag(&format!("attacker: {total} frames: {}", sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     // `make fuzz-net`'s bar: every class sent at least 1000 times.
-    let classes =
-        ["options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out"];
+    let classes = [
+        "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out",
+        "signed",
+    ];
     let few: Vec<String> = classes
         .iter()
         .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
@@ -1032,6 +1093,10 @@ fn fuzz_remote(env: &Env) -> Outcome {
     env.diag(&format!("netdevsim refused to transmit {refused} unreadable skbs (the core must keep them from it)"));
     if refused != 0 {
         return Fail(format!("the core handed netdevsim {refused} skbs of provider rx buffers to transmit"));
+    }
+    env.diag(&format!("signed segments dropped by the victim: TCPMD5Failure {md5_bad}, TCPAOBad {ao_bad}"));
+    if sent.get("signed").copied().unwrap_or(0) > 0 && md5_bad + ao_bad == 0 {
+        return Fail("signed segments were sent, but no signature was checked".into());
     }
     if v.valid_done != ids || v.valid_bytes != bytes {
         return Fail(format!("{} of {ids} valid connections verified ({} of {bytes} bytes)", v.valid_done, v.valid_bytes));

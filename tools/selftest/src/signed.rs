@@ -31,7 +31,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
 ];
 
 #[derive(Clone, Copy, PartialEq)]
-enum Sig {
+pub(crate) enum Sig {
     Md5,
     Ao,
 }
@@ -48,17 +48,28 @@ impl Sig {
 
 const KEY: &[u8] = b"zcrx-rs signed segment test key";
 
-/// A `struct sockaddr_in6` for `ip` in the first bytes of a
-/// `__kernel_sockaddr_storage` (128 bytes).
-fn sockaddr_storage(ip: std::net::Ipv6Addr) -> [u8; 128] {
+/// A `struct sockaddr_in6` (or `sockaddr_in` for an IPv4 address) for
+/// `ip` in the first bytes of a `__kernel_sockaddr_storage` (128 bytes).
+fn sockaddr_storage(ip: std::net::IpAddr) -> [u8; 128] {
     let mut a = [0u8; 128];
-    a[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
-    a[8..24].copy_from_slice(&ip.octets());
+    match ip {
+        std::net::IpAddr::V6(ip) => {
+            a[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            a[8..24].copy_from_slice(&ip.octets());
+        }
+        std::net::IpAddr::V4(ip) => {
+            a[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            a[4..8].copy_from_slice(&ip.octets());
+        }
+    }
     a
 }
 
 /// Adds a signing key for peer `peer` to socket `fd`.
-fn add_key(fd: i32, sig: Sig, peer: std::net::Ipv6Addr) -> std::io::Result<()> {
+/// An IPv4 peer of an IPv6 socket is given as a mapped address (a /32
+/// for TCP-AO).
+pub(crate) fn add_key(fd: i32, sig: Sig, peer: impl Into<std::net::IpAddr>) -> std::io::Result<()> {
+    let peer: std::net::IpAddr = peer.into();
     let mut buf = Vec::new();
     let opt = match sig {
         Sig::Md5 => {
@@ -84,7 +95,12 @@ fn add_key(fd: i32, sig: Sig, peer: std::net::Ipv6Addr) -> std::io::Result<()> {
             buf.extend_from_slice(&0i32.to_ne_bytes());
             buf.extend_from_slice(&0u32.to_ne_bytes());
             buf.extend_from_slice(&0u16.to_ne_bytes());
-            buf.extend_from_slice(&[128, 100, 100, 0, 0, KEY.len() as u8]);
+            let v4 = match peer {
+                std::net::IpAddr::V4(_) => true,
+                std::net::IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+            };
+            let prefix = if v4 { 32 } else { 128 };
+            buf.extend_from_slice(&[prefix, 100, 100, 0, 0, KEY.len() as u8]);
             let mut k = [0u8; 80];
             k[..KEY.len()].copy_from_slice(KEY);
             buf.extend_from_slice(&k);
@@ -100,7 +116,7 @@ fn add_key(fd: i32, sig: Sig, peer: std::net::Ipv6Addr) -> std::io::Result<()> {
 /// A listener on `[::]:port` that signs with the sender's address.
 fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
     let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
-    add_key(l.as_raw_fd(), sig, "2001:db8::2".parse().unwrap()).map_err(|e| format!("listener key: {e}"))?;
+    add_key(l.as_raw_fd(), sig, "2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap()).map_err(|e| format!("listener key: {e}"))?;
     Ok(l)
 }
 
@@ -115,7 +131,7 @@ fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
         }
         // SAFETY: we own the new fd.
         let s = unsafe { TcpStream::from_raw_fd(fd) };
-        add_key(fd, sig, "2001:db8::1".parse().unwrap()).map_err(|e| format!("sender key: {e}"))?;
+        add_key(fd, sig, "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap()).map_err(|e| format!("sender key: {e}"))?;
         let SocketAddr::V6(a) = to else { return Err("IPv6 only".into()) };
         // SAFETY: all-zero is a valid sockaddr_in6.
         let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
