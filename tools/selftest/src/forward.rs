@@ -317,25 +317,11 @@ struct Back {
 /// once the socket is bound.
 fn back_capture(b_idx: u32, dur: Duration, ready: mpsc::Sender<()>) -> std::thread::JoinHandle<Result<Back, String>> {
     in_netns(NS_B, move || {
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain socket creation; the fd is owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, i32::from(proto)) };
-        if fd < 0 {
-            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh fd we own.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let fd = pkt::packet_socket(b_idx)?;
         let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
-        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sa.sll_family = libc::AF_PACKET as u16;
-        sa.sll_protocol = proto;
-        sa.sll_ifindex = b_idx as i32;
+        let sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let sl = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: `sa` is a valid sockaddr_ll for its size.
-        if unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), sl) } != 0 {
-            return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
-        }
         let _ = ready.send(());
         let (b4, b6): ([u8; 4], [u8; 16]) =
             (BACK4.parse::<std::net::Ipv4Addr>().unwrap().octets(), BACK6.parse::<std::net::Ipv6Addr>().unwrap().octets());
@@ -494,8 +480,7 @@ fn check_quotes(what: &str, back: &Back, sent: &[(bool, Vec<u8>)]) -> Result<Vec
 /// netdevsim port, to nsb's MAC, forwarding on (IPv4 redirects off, IPv6
 /// ones sent from a link-local address that is not tentative).
 pub(crate) fn back_out_up(n: &Nsim) -> Result<(), String> {
-    let mac_b = pkt::hwaddr(NS_B, &n.b)?;
-    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    let mac_b = pkt::hwaddr_str(NS_B, &n.b)?;
     run(
         "ip",
         &["-n", NS_A, "-b", "-"],

@@ -268,7 +268,7 @@ impl Nsim {
 
     /// netdevsim's `hds_copybreak` on device `id`: a TCP payload of at
     /// most `bytes` stays readable in the header buffer.
-    pub fn copybreak(&self, id: u32, bytes: u32) -> Result<(), String> {
+    pub fn copybreak(id: u32, bytes: u32) -> Result<(), String> {
         write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_copybreak"), &bytes.to_string())
     }
 

@@ -418,7 +418,7 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    tryo!(n.copybreak(1, 256));
+    tryo!(Nsim::copybreak(1, 256));
     let Ok(cache) = std::env::var("ZCRX_CACHE") else {
         return Fail("ZCRX_CACHE not set (run in the VM)".into());
     };

@@ -231,6 +231,36 @@ pub fn frame(dst: [u8; 6], v6: bool, datagram: &[u8], pad: usize) -> Vec<u8> {
     f
 }
 
+/// A non-blocking packet socket for every protocol, bound to device
+/// `ifindex` of the calling thread's namespace.
+pub fn packet_socket(ifindex: u32) -> Result<std::os::fd::OwnedFd, String> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket creation; the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, i32::from(proto)) };
+    if fd < 0 {
+        return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh fd we own.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sa.sll_family = libc::AF_PACKET as u16;
+    sa.sll_protocol = proto;
+    sa.sll_ifindex = ifindex as i32;
+    // SAFETY: `sa` is a valid sockaddr_ll for its size.
+    let r = unsafe {
+        libc::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            (&sa as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
 /// Sends `frames` as they are from device `ifindex` of namespace `ns`.
 pub fn send_frames(ns: &'static str, ifindex: u32, frames: Vec<Vec<u8>>) -> Result<(), String> {
     join(in_netns(ns, move || {
@@ -295,6 +325,11 @@ pub fn hwaddr(ns: &'static str, dev: &str) -> Result<[u8; 6], String> {
         let a = unsafe { ifr.ifr_ifru.ifru_hwaddr.sa_data };
         Ok([a[0] as u8, a[1] as u8, a[2] as u8, a[3] as u8, a[4] as u8, a[5] as u8])
     }))
+}
+
+/// [`hwaddr`] as `ip` writes it (`02:00:00:00:00:02`).
+pub fn hwaddr_str(ns: &'static str, dev: &str) -> Result<String, String> {
+    Ok(hwaddr(ns, dev)?.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
 }
 
 /// SNMP counters of namespace `ns`: `/proc/net/snmp` (`Ip`, `Icmp`, `Tcp`,

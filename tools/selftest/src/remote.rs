@@ -185,30 +185,7 @@ impl Session {
 impl Attacker {
     /// Opens the socket, in the calling thread's namespace (nsb).
     fn new(ifindex: u32, mac: [u8; 6], seed: u64) -> Result<Attacker, String> {
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: plain socket creation; the fd is owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK, i32::from(proto)) };
-        if fd < 0 {
-            return Err(format!("AF_PACKET socket: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh fd we own.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
-        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sa.sll_family = libc::AF_PACKET as u16;
-        sa.sll_protocol = proto;
-        sa.sll_ifindex = ifindex as i32;
-        // SAFETY: `sa` is a valid sockaddr_ll for its size.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(format!("bind AF_PACKET: {}", std::io::Error::last_os_error()));
-        }
+        let fd = pkt::packet_socket(ifindex)?;
         Ok(Attacker { fd, ifindex, mac, rng: Rng(seed), sent: BTreeMap::new(), events: BTreeMap::new(), next_port: 20000 })
     }
 
@@ -359,6 +336,25 @@ impl Attacker {
         }
     }
 
+    /// 1 to 8 segments of one flow through the victim (to `ip.dst`, port
+    /// 9, from `sport`), back to back so that GRO may merge them before
+    /// they are forwarded: DF set or clear, TTL 1, 2 or 64, payloads of
+    /// `min` to `min + 1399` bytes.
+    fn transit_flow(&mut self, class: &'static str, mut ip: Ip, sport: u16, min: usize) {
+        let v6 = ip.src.is_ipv6();
+        ip.df = self.rng.pct(50);
+        ip.ttl = self.rng.pick(&[1, 2, 64]);
+        ip.id = self.rng.next() as u16;
+        let mut seq = self.rng.next() as u32;
+        for _ in 0..1 + self.rng.below(8) {
+            let n = min + self.rng.below(1400) as usize;
+            let t = Tcp { seq, ..Tcp::data(sport, 9, self.payload(n)) };
+            self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
+            seq = seq.wrapping_add(n as u32);
+            ip.id = ip.id.wrapping_add(1);
+        }
+    }
+
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
         let class = self.rng.pick(&[
@@ -398,23 +394,12 @@ impl Attacker {
                 // to 203.0.113.0/24 and 2001:db8:3::5 leads to nsb): the
                 // NIC must not be handed provider memory to transmit, and
                 // IPv6 answers with Redirects quoting them.
-                let v6 = self.rng.pct(50);
-                let mut ip = if v6 {
+                let ip = if self.rng.pct(50) {
                     Ip::new(PHANTOM6, crate::forward::BACK6)
                 } else {
                     Ip::new(PHANTOM4, &format!("203.0.113.{}", 1 + self.rng.below(250)))
                 };
-                ip.df = self.rng.pct(50);
-                ip.ttl = self.rng.pick(&[1, 2, 64]);
-                ip.id = self.rng.next() as u16;
-                let mut seq = self.rng.next() as u32;
-                for _ in 0..1 + self.rng.below(8) {
-                    let n = 1 + self.rng.below(1400) as usize;
-                    let t = Tcp { seq, ..Tcp::data(40001, 9, self.payload(n)) };
-                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
-                    seq = seq.wrapping_add(n as u32);
-                    ip.id = ip.id.wrapping_add(1);
-                }
+                self.transit_flow(class, ip, 40001, 1);
             }
             "gro_mix" => {
                 // Now and then a new copybreak on the victim's device:
@@ -423,7 +408,7 @@ impl Attacker {
                 // both kinds, back to back, meet in one GRO batch.
                 if self.rng.pct(10) {
                     let cb = self.rng.pick(&[0u32, 64, 256, 1000]);
-                    let what = if write_copybreak(cb).is_ok() { "copybreak changed" } else { "copybreak write failed" };
+                    let what = if Nsim::copybreak(1, cb).is_ok() { "copybreak changed" } else { "copybreak write failed" };
                     self.note(what);
                 }
                 let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
@@ -548,21 +533,8 @@ impl Attacker {
                     }
                     *forward_mtu = Instant::now();
                 }
-                let v6 = self.rng.pct(40);
-                let mut ip = if v6 { Ip::new(PHANTOM6, "2001:db8:1::2") } else { Ip::new(PHANTOM4, "198.51.100.2") };
-                ip.df = self.rng.pct(50);
-                ip.ttl = self.rng.pick(&[1, 2, 64]);
-                ip.id = self.rng.next() as u16;
-                // 1 to 8 segments of one flow, back to back (GRO may
-                // merge them before they are forwarded)
-                let mut seq = self.rng.next() as u32;
-                for _ in 0..1 + self.rng.below(8) {
-                    let n = 100 + self.rng.below(1400) as usize;
-                    let t = Tcp { seq, ..Tcp::data(40000, 9, self.payload(n)) };
-                    self.send(class, v6, &pkt::tcp_datagram(&ip, &t), 0);
-                    seq = seq.wrapping_add(n as u32);
-                    ip.id = ip.id.wrapping_add(1);
-                }
+                let ip = if self.rng.pct(40) { Ip::new(PHANTOM6, "2001:db8:1::2") } else { Ip::new(PHANTOM4, "198.51.100.2") };
+                self.transit_flow(class, ip, 40000, 100);
             }
             "bad_csum" => {
                 let Some(s) = self.handshake(class, GARBAGE_PORT, false) else { return };
@@ -634,12 +606,6 @@ impl Attacker {
             }
         }
     }
-}
-
-/// netdevsim's `hds_copybreak` on the victim's device (netdevsim1).
-fn write_copybreak(bytes: u32) -> Result<(), String> {
-    let p = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_copybreak";
-    std::fs::write(p, bytes.to_string()).map_err(|e| format!("{p}: {e}"))
 }
 
 /// What the victim saw.
@@ -800,8 +766,7 @@ fn victim_loop(z: &mut Zcrx, valid: TcpListener, garbage: TcpListener, stop: &At
 /// neighbour entries); returns nsa's MAC, for the attacker's frames.
 fn phantom_up(n: &Nsim) -> Result<[u8; 6], String> {
     let mac_a = pkt::hwaddr(NS_A, &n.a)?;
-    let mac_b = pkt::hwaddr(NS_B, &n.b)?;
-    let mac_b = mac_b.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    let mac_b = pkt::hwaddr_str(NS_B, &n.b)?;
     run(
         "ip",
         &["-n", NS_A, "-b", "-"],
