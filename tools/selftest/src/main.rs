@@ -42,6 +42,8 @@ mod signed;
 mod soak;
 mod stream;
 mod teardown;
+mod tunnel;
+mod ulp;
 mod urgent;
 
 use std::path::PathBuf;
@@ -98,6 +100,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(stream::TESTS);
     v.extend_from_slice(nsim::TESTS);
     v.extend_from_slice(forward::TESTS);
+    v.extend_from_slice(tunnel::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(faults::TESTS);

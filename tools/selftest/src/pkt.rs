@@ -98,10 +98,24 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
     t.extend_from_slice(&opts);
     t.extend_from_slice(&tcp.payload);
     let proto = libc::IPPROTO_TCP as u8;
-    let (mut d, pseudo) = match (ip.src, ip.dst) {
+    let (mut d, pseudo) = ip_header(ip, proto, tcplen);
+    let mut c = fold(sum16(pseudo + tcplen as u32 + u32::from(proto), &t));
+    if tcp.bad_csum {
+        c ^= 0x0101;
+    }
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    d.extend_from_slice(&t);
+    d
+}
+
+/// The IP header of a datagram with `l4len` bytes of protocol `proto`
+/// (IPv4: 20 bytes, its checksum filled in; IPv6: no extension headers),
+/// and the sum of the pseudo-header's addresses.
+fn ip_header(ip: &Ip, proto: u8, l4len: usize) -> (Vec<u8>, u32) {
+    match (ip.src, ip.dst) {
         (IpAddr::V6(s), IpAddr::V6(dst)) => {
             let mut h = vec![0x60, 0, 0, 0];
-            h.extend_from_slice(&(tcplen as u16).to_be_bytes());
+            h.extend_from_slice(&(l4len as u16).to_be_bytes());
             h.extend_from_slice(&[proto, ip.ttl]);
             h.extend_from_slice(&s.octets());
             h.extend_from_slice(&dst.octets());
@@ -109,7 +123,7 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
         }
         (IpAddr::V4(s), IpAddr::V4(dst)) => {
             let mut h = vec![0x45, 0];
-            h.extend_from_slice(&((20 + tcplen) as u16).to_be_bytes());
+            h.extend_from_slice(&((20 + l4len) as u16).to_be_bytes());
             h.extend_from_slice(&ip.id.to_be_bytes());
             h.extend_from_slice(&[if ip.df { 0x40 } else { 0 }, 0, ip.ttl, proto, 0, 0]);
             h.extend_from_slice(&s.octets());
@@ -118,15 +132,106 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
             h[10..12].copy_from_slice(&c.to_be_bytes());
             (h, sum16(sum16(0, &s.octets()), &dst.octets()))
         }
-        _ => panic!("tcp_datagram: mixed address families"),
-    };
-    let mut c = fold(sum16(pseudo + tcplen as u32 + u32::from(proto), &t));
-    if tcp.bad_csum {
-        c ^= 0x0101;
+        _ => panic!("ip_header: mixed address families"),
     }
-    t[16..18].copy_from_slice(&c.to_be_bytes());
-    d.extend_from_slice(&t);
+}
+
+/// What to put in a checksum field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Csum {
+    Right,
+    Wrong,
+    /// None (UDP: 0; GRE: no checksum field).
+    Absent,
+}
+
+/// `inner` (an IP datagram) carried in IP itself (IPIP, IPv6 in IPv6).
+pub fn ip_in_ip(outer: &Ip, inner: &[u8]) -> Vec<u8> {
+    let proto = if inner[0] >> 4 == 6 { libc::IPPROTO_IPV6 } else { libc::IPPROTO_IPIP } as u8;
+    let mut d = ip_header(outer, proto, inner.len()).0;
+    d.extend_from_slice(inner);
     d
+}
+
+/// `inner` (an IP datagram) in GRE, with a checksum as `csum` says and
+/// the key `key` if given.
+pub fn gre(outer: &Ip, inner: &[u8], csum: Csum, key: Option<u32>) -> Vec<u8> {
+    let ptype: u16 = if inner[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
+    let flags: u16 = if csum != Csum::Absent { 0x8000 } else { 0 } | if key.is_some() { 0x2000 } else { 0 };
+    let mut g = Vec::with_capacity(12 + inner.len());
+    g.extend_from_slice(&flags.to_be_bytes());
+    g.extend_from_slice(&ptype.to_be_bytes());
+    if csum != Csum::Absent {
+        g.extend_from_slice(&[0, 0, 0, 0]);
+    }
+    if let Some(k) = key {
+        g.extend_from_slice(&k.to_be_bytes());
+    }
+    g.extend_from_slice(inner);
+    if csum != Csum::Absent {
+        let mut c = fold(sum16(0, &g));
+        if csum == Csum::Wrong {
+            c ^= 0x0101;
+        }
+        g[4..6].copy_from_slice(&c.to_be_bytes());
+    }
+    let mut d = ip_header(outer, libc::IPPROTO_GRE as u8, g.len()).0;
+    d.extend_from_slice(&g);
+    d
+}
+
+/// A UDP datagram with `payload`, its checksum as `csum` says.
+pub fn udp_datagram(ip: &Ip, sport: u16, dport: u16, payload: &[u8], csum: Csum) -> Vec<u8> {
+    let len = 8 + payload.len();
+    let mut u = Vec::with_capacity(len);
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&(len as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    let proto = libc::IPPROTO_UDP as u8;
+    let (mut d, pseudo) = ip_header(ip, proto, len);
+    if csum != Csum::Absent {
+        let mut c = fold(sum16(pseudo + len as u32 + u32::from(proto), &u));
+        if c == 0 {
+            c = 0xffff;
+        }
+        if csum == Csum::Wrong {
+            c ^= 0x0101;
+        }
+        u[6..8].copy_from_slice(&c.to_be_bytes());
+    }
+    d.extend_from_slice(&u);
+    d
+}
+
+/// An Ethernet frame from `src` to `dst` holding `datagram` (what VXLAN
+/// and GENEVE carry).
+pub fn inner_frame(dst: [u8; 6], src: [u8; 6], datagram: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + datagram.len());
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&(if datagram[0] >> 4 == 6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
+    f.extend_from_slice(datagram);
+    f
+}
+
+/// The VXLAN header (flags: 0x08 is "VNI valid") and `frame`.
+pub fn vxlan(flags: u8, vni: u32, frame: &[u8]) -> Vec<u8> {
+    let mut v = vec![flags, 0, 0, 0];
+    v.extend_from_slice(&(vni << 8).to_be_bytes());
+    v.extend_from_slice(frame);
+    v
+}
+
+/// The GENEVE header (version `ver`, Ethernet payload), `opts` (a multiple
+/// of 4 bytes, at most 252) and `frame`.
+pub fn geneve(ver: u8, vni: u32, opts: &[u8], frame: &[u8]) -> Vec<u8> {
+    let mut g = vec![(ver << 6) | (opts.len() / 4) as u8, 0, 0x65, 0x58];
+    g.extend_from_slice(&(vni << 8).to_be_bytes());
+    g.extend_from_slice(opts);
+    g.extend_from_slice(frame);
+    g
 }
 
 /// Splits `payload` into pieces of `chunk` bytes (rounded down to 8; at
