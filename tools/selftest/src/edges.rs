@@ -656,12 +656,12 @@ struct TlsAesGcm128 {
 }
 
 /// TLS 1.2 and 1.3 (`TLS_1_2_VERSION`, `TLS_1_3_VERSION`).
-const TLS12: u16 = 0x0303;
-const TLS13: u16 = 0x0304;
+pub(crate) const TLS12: u16 = 0x0303;
+pub(crate) const TLS13: u16 = 0x0304;
 
 /// Installs the `tls` ULP on `fd` (once per socket) and a fixed
 /// AES-GCM-128 key of TLS `version` for `dir` (`TLS_TX` = 1 or `TLS_RX` = 2).
-fn ktls(fd: i32, dir: i32, version: u16) -> Result<(), String> {
+pub(crate) fn ktls(fd: i32, dir: i32, version: u16) -> Result<(), String> {
     const TCP_ULP: i32 = 31;
     const SOL_TLS: i32 = 282;
     let ulp = b"tls";

@@ -40,9 +40,25 @@
 //! checks the signature, which needs the payload, before any sequence
 //! check.
 //!
-//! Not yet: MPTCP, kTLS, ESP, tunnels (netdevsim splits only plain TCP).
-//! Parking
-//! out-of-order data for good is a test of its own,
+//! Tunnels (`tunnel.rs`): nsa decapsulates IPIP, IPv6 in IPv6, GRE,
+//! VXLAN and GENEVE from nsb, and netdevsim splits the TCP inside them.
+//! Valid connections take every path in turn (plain IPv4 and IPv6, and
+//! each tunnel); the `tunnel` class sends segments from a phantom inside
+//! each tunnel, in-order runs for GRO, with wrong inner and outer
+//! checksums, missing UDP checksums, wrong GRE keys, odd VXLAN flags,
+//! GENEVE options and versions, padding inside and outside.
+//!
+//! Upper layers (`ulp.rs`): nsa has an MPTCP listener and kTLS listeners
+//! (TLS 1.2 and 1.3, AES-GCM-128) whose sockets are on the provider's
+//! queue. The `mptcp` class connects with nsb's own MPTCP, asking for DSS
+//! checksums most of the time, or crafts an MP_CAPABLE handshake and DSS
+//! options by hand; the `ktls` class sends kTLS records from nsb's own
+//! kTLS, or made-up records. Their receivers read with `recv()`: what the
+//! NIC left readable (`hds_copybreak`) decrypts, the rest fails with
+//! `EFAULT`, as on any socket of a provider's queue.
+//!
+//! Not yet: ESP (netdevsim splits no ESP: it would have to decrypt it).
+//! Parking out-of-order data for good is a test of its own,
 //! `ofo_parker_cannot_stall_others`; every session here ends with a RST
 //! that frees its queues.
 
@@ -91,6 +107,12 @@ const PROBES: &[&str] = &[
     "__skb_to_sgvec",
     "__icmp_send",
     "ndisc_send_redirect",
+    "ip_tunnel_rcv",
+    "__ip6_tnl_rcv",
+    "vxlan_rcv",
+    "geneve_udp_encap_recv",
+    "mptcp_recvmsg",
+    "tls_sw_recvmsg",
 ];
 
 /// kprobe events on [`PROBES`]; removed on drop.
@@ -287,16 +309,19 @@ impl Attacker {
     /// Opens a connection to nsa's `dport` from the phantom address:
     /// SYN, SYN-ACK, ACK. `None` when nsa does not answer.
     fn handshake(&mut self, class: &'static str, dport: u16, soup: bool) -> Option<Session> {
+        let opts = if soup { self.option_soup() } else { vec![2, 4, 0x05, 0xb4, 4, 2] }; // MSS 1460, SACK permitted
+        self.handshake_opts(class, dport, opts, Vec::new())
+    }
+
+    /// [`Attacker::handshake`] with options `syn` on the SYN and `ack` on
+    /// the ACK that completes it.
+    fn handshake_opts(&mut self, class: &'static str, dport: u16, syn: Vec<u8>, ack: Vec<u8>) -> Option<Session> {
         let v6 = self.rng.pct(50);
         let ip = if v6 { Ip::new(PHANTOM6, "2001:db8::1") } else { Ip::new(PHANTOM4, "192.0.2.1") };
         self.next_port = if self.next_port >= 60000 { 20000 } else { self.next_port + 1 };
         let sport = self.next_port;
         let iss = self.rng.next() as u32;
-        let mut opts = vec![2, 4, 0x05, 0xb4, 4, 2]; // MSS 1460, SACK permitted
-        if soup {
-            opts = self.option_soup();
-        }
-        let syn = Tcp { seq: iss, ack: 0, flags: SYN, win: 65535, opts, ..Tcp::data(sport, dport, Vec::new()) };
+        let syn = Tcp { seq: iss, ack: 0, flags: SYN, win: 65535, opts: syn, ..Tcp::data(sport, dport, Vec::new()) };
         self.send(class, v6, &pkt::tcp_datagram(&ip, &syn), 0);
         let sa = self.expect(sport, Duration::from_millis(500));
         let Some(sa) = sa.filter(|s| s.flags & (SYN | ACK) == SYN | ACK && s.ack == iss.wrapping_add(1)) else {
@@ -304,7 +329,7 @@ impl Attacker {
             return None;
         };
         let s = Session { ip, sport, dport, nxt: iss.wrapping_add(1), rcv: sa.seq.wrapping_add(1) };
-        let ack = s.seg(0, ACK, Vec::new());
+        let ack = Tcp { opts: ack, ..s.seg(0, ACK, Vec::new()) };
         self.send(class, v6, &pkt::tcp_datagram(&s.ip, &ack), 0);
         self.note("sessions opened");
         Some(s)
@@ -355,13 +380,220 @@ impl Attacker {
         }
     }
 
+    /// 1 to 8 segments of one flow from a phantom behind nsb, through one
+    /// of the tunnels nsa decapsulates (`tunnel.rs`), to either port or
+    /// none: in order (GRO of tunnelled flows), any flags now and then,
+    /// option soup; and the wrappers mangled now and then: a wrong inner
+    /// TCP, outer UDP or GRE checksum, no UDP checksum, a wrong GRE key,
+    /// VXLAN without its VNI flag, GENEVE with options or a version it
+    /// does not know, link-layer padding, bytes after the inner datagram.
+    fn tunnel(&mut self, class: &'static str) {
+        use crate::tunnel::{tunnel_mac, Encap, GENEVE_PORT, TUNNELS, VXLAN_PORT};
+        use pkt::Csum;
+        let t = TUNNELS[self.rng.below(TUNNELS.len() as u64) as usize];
+        let phantom = format!("{}77", &t.b[..t.b.rfind(['.', ':']).unwrap_or(0) + 1]);
+        let mut inner = Ip::new(&phantom, t.a);
+        inner.df = self.rng.pct(50);
+        inner.id = self.rng.next() as u16;
+        let outer6 = matches!(t.encap, Encap::Ip { v6: true } | Encap::Geneve);
+        let outer = if outer6 { Ip::new("2001:db8::2", "2001:db8::1") } else { Ip::new("192.0.2.2", "192.0.2.1") };
+        let dport = self.rng.pick(&[VALID_PORT, GARBAGE_PORT, 9]);
+        let sport = 1024 + self.rng.below(60000) as u16;
+        let mut seq = self.rng.next() as u32;
+        let ack = self.rng.next() as u32;
+        // the outer UDP source port: a flow hash, fixed per flow
+        let usport = 49152 + self.rng.below(16384) as u16;
+        for _ in 0..1 + self.rng.below(8) {
+            let n = 1 + self.rng.below(1300) as usize;
+            let mut tcp = Tcp { seq, ack, win: 65535, ..Tcp::data(sport, dport, self.payload(n)) };
+            if self.rng.pct(15) {
+                tcp.flags = self.rng.next() as u8;
+                tcp.urg = self.rng.next() as u16;
+            }
+            if self.rng.pct(15) {
+                tcp.opts = self.option_soup();
+            }
+            tcp.bad_csum = self.rng.pct(10);
+            let mut d = pkt::tcp_datagram(&inner, &tcp);
+            if self.rng.pct(5) {
+                // bytes after the inner datagram, inside the tunnel
+                let extra = 1 + self.rng.below(32) as usize;
+                d.extend((0..extra).map(|_| self.rng.next() as u8));
+            }
+            seq = seq.wrapping_add(n as u32);
+            inner.id = inner.id.wrapping_add(1);
+            let wrong = |r: &mut Rng| if r.pct(10) { Csum::Wrong } else { Csum::Right };
+            let frame = |r: &mut Rng, d: &[u8]| {
+                let src = if r.pct(90) { tunnel_mac(&t, 2) } else { [2, r.next() as u8, 0, 0, 0, 1] };
+                pkt::inner_frame(tunnel_mac(&t, 1), src, d)
+            };
+            let out = match t.encap {
+                Encap::Ip { .. } => pkt::ip_in_ip(&outer, &d),
+                Encap::GreCsumKey => {
+                    let csum = if self.rng.pct(5) { Csum::Absent } else { wrong(&mut self.rng) };
+                    let key = if self.rng.pct(5) { Some(self.rng.next() as u32) } else { Some(7) };
+                    pkt::gre(&outer, &d, csum, key)
+                }
+                Encap::Vxlan => {
+                    let flags = if self.rng.pct(5) { self.rng.next() as u8 & !0x08 } else { 0x08 };
+                    let csum = if self.rng.pct(50) { Csum::Absent } else { wrong(&mut self.rng) };
+                    let f = frame(&mut self.rng, &d);
+                    pkt::udp_datagram(&outer, usport, VXLAN_PORT, &pkt::vxlan(flags, 42, &f), csum)
+                }
+                Encap::Geneve => {
+                    let ver = if self.rng.pct(5) { 1 + self.rng.below(3) as u8 } else { 0 };
+                    // options: class, type, length in 4-byte words, data
+                    let mut opts = Vec::new();
+                    if self.rng.pct(30) {
+                        let words = self.rng.below(4) as u8;
+                        opts.extend_from_slice(&[0x01, 0x02, self.rng.next() as u8 & 0x80, words]);
+                        opts.extend((0..4 * words).map(|_| self.rng.next() as u8));
+                    }
+                    let csum = if self.rng.pct(10) { Csum::Absent } else { wrong(&mut self.rng) };
+                    let f = frame(&mut self.rng, &d);
+                    pkt::udp_datagram(&outer, usport, GENEVE_PORT, &pkt::geneve(ver, 43, &opts, &f), csum)
+                }
+            };
+            let pad = if self.rng.pct(10) { 1 + self.rng.below(32) as usize } else { 0 };
+            self.send(class, outer6, &out, pad);
+        }
+    }
+
+    /// nsa's address for a connection of the attacker's own stack (nsb).
+    fn victim_addr(&mut self, port: u16) -> SocketAddr {
+        crate::net::addr_a(self.rng.pct(50), port)
+    }
+
+    /// 1 to 16 writes of 1 to 1400 bytes (`TCP_NODELAY`: about a segment
+    /// each) made by `make`, each counted under `class`.
+    fn writes(&mut self, class: &'static str, s: &mut TcpStream, make: impl Fn(&mut Self, usize) -> Vec<u8>) {
+        for _ in 0..1 + self.rng.below(16) {
+            let n = 1 + self.rng.below(1400) as usize;
+            let b = make(self, n);
+            if std::io::Write::write_all(s, &b).is_err() {
+                self.note("write failed");
+                return;
+            }
+            *self.sent.entry(class).or_default() += 1;
+        }
+    }
+
+    /// Closes a connection of the attacker's own stack: FIN or RST.
+    fn end_conn(&mut self, s: TcpStream) {
+        if self.rng.pct(50) {
+            let _ = zcrx::sys::set_linger_abort(&s);
+        }
+    }
+
+    /// To nsa's MPTCP listener. Mostly the attacker's own MPTCP stack,
+    /// asking for DSS checksums (`net.mptcp.checksum_enabled` in nsb) most
+    /// of the time; otherwise by hand from the phantom: an MP_CAPABLE
+    /// handshake that asks for checksums, with made-up keys, then segments
+    /// with DSS options of random flags, mappings and checksums.
+    fn mptcp(&mut self, class: &'static str) {
+        use crate::ulp::{connect_proto, IPPROTO_MPTCP, MPTCP_PORT};
+        if self.rng.pct(70) {
+            let csum = if self.rng.pct(70) { "1" } else { "0" };
+            if std::fs::write("/proc/sys/net/mptcp/checksum_enabled", csum).is_err() {
+                self.note("checksum_enabled write failed");
+            }
+            let to = self.victim_addr(MPTCP_PORT);
+            let Ok(mut s) = connect_proto(to, IPPROTO_MPTCP, Duration::from_secs(1)) else {
+                self.note("MPTCP connect failed");
+                return;
+            };
+            let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+            self.writes(class, &mut s, |a, n| a.payload(n));
+            self.end_conn(s);
+            return;
+        }
+        // MP_CAPABLE v1, flags A (checksums) and H (HMAC-SHA256); the ACK
+        // echoes a key for each side
+        let syn = vec![2, 4, 0x05, 0xb4, 4, 2, 30, 4, 0x01, 0x81];
+        let mut ack = vec![30, 20, 0x01, 0x81];
+        ack.extend(self.payload(16));
+        let Some(s) = self.handshake_opts(class, MPTCP_PORT, syn, ack) else { return };
+        let mut off = 0u32;
+        for _ in 0..1 + self.rng.below(6) {
+            let n = 1 + self.rng.below(1300) as u32;
+            let mut t = s.seg(off, ACK | PSH, self.payload(n as usize));
+            t.opts = self.dss(off, n);
+            self.send_seg(class, &s, &t);
+            off += n;
+        }
+        self.reset(class, &s, off);
+    }
+
+    /// A DSS option (MPTCP kind 30, subtype 2) for `n` bytes at subflow
+    /// offset `off`: random flags, a mapping that is mostly right for the
+    /// segment, a random checksum; now and then a random length.
+    fn dss(&mut self, off: u32, n: u32) -> Vec<u8> {
+        let flags = self.rng.next() as u8 & 0x1f;
+        let mut o = vec![30, 0, 0x20, flags];
+        if flags & 0x01 != 0 {
+            o.extend(self.payload(if flags & 0x02 != 0 { 8 } else { 4 }));
+        }
+        if flags & 0x04 != 0 {
+            o.extend(self.payload(if flags & 0x08 != 0 { 8 } else { 4 }));
+            let ssn = if self.rng.pct(70) { off + 1 } else { self.rng.next() as u32 };
+            o.extend_from_slice(&ssn.to_be_bytes());
+            let len = if self.rng.pct(70) { n as u16 } else { self.rng.next() as u16 };
+            o.extend_from_slice(&len.to_be_bytes());
+            if self.rng.pct(90) {
+                o.extend(self.payload(2));
+            }
+        }
+        o[1] = if self.rng.pct(90) { o.len() as u8 } else { self.rng.below(40) as u8 };
+        o
+    }
+
+    /// To nsa's kTLS listeners (TLS 1.2 or 1.3, AES-GCM-128, the key the
+    /// victim installs): mostly records from the attacker's own kTLS
+    /// (`TLS_TX`), one per write; otherwise made-up records: a random or
+    /// plausible type, version and length, random bytes.
+    fn ktls(&mut self, class: &'static str) {
+        use crate::edges::{ktls, TLS12, TLS13};
+        use crate::ulp::{connect_proto, TLS12_PORT, TLS13_PORT, TLS_TX};
+        let v13 = self.rng.pct(50);
+        let to = self.victim_addr(if v13 { TLS13_PORT } else { TLS12_PORT });
+        let Ok(mut s) = connect_proto(to, 0, Duration::from_secs(1)) else {
+            self.note("kTLS connect failed");
+            return;
+        };
+        let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+        if self.rng.pct(80) {
+            if ktls(s.as_raw_fd(), TLS_TX, if v13 { TLS13 } else { TLS12 }).is_err() {
+                self.note("TLS_TX failed");
+                return;
+            }
+            self.writes(class, &mut s, |a, n| a.payload(n));
+        } else {
+            self.writes(class, &mut s, |a, n| {
+                let any = a.rng.next() as u8;
+                let mut r = vec![a.rng.pick(&[23u8, 23, 21, 22, 20, any]), 3, 3];
+                if a.rng.pct(10) {
+                    r[1] = a.rng.next() as u8;
+                    r[2] = a.rng.next() as u8;
+                }
+                let len = if a.rng.pct(70) { n as u16 } else { a.rng.next() as u16 };
+                r.extend_from_slice(&len.to_be_bytes());
+                r.extend(a.payload(n));
+                r
+            });
+        }
+        self.end_conn(s);
+    }
+
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
         let class = self.rng.pick(&[
             "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix",
-            "back_out", "signed",
+            "back_out", "signed", "tunnel", "mptcp", "ktls",
         ]);
         match class {
+            "tunnel" => self.tunnel(class),
+            "mptcp" => self.mptcp(class),
+            "ktls" => self.ktls(class),
             "signed" => {
                 // Segments with a TCP-MD5 or TCP-AO option (a random
                 // signature) and a payload, to a listener that has a key
@@ -936,6 +1168,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     tryo!(n.hds(true));
     let router = tryo!(Router::up());
     tryo!(crate::forward::back_out_up(&n));
+    tryo!(crate::tunnel::tunnels_up());
     let mac_a = tryo!(phantom_up(&n));
     let (probes, unprobed) = Probes::new();
     let hits0 = probes.hits();
@@ -956,19 +1189,30 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let Ok(_valid_listener) = vl_rx.recv_timeout(Duration::from_secs(60)) else {
         return Fail(join(victim).err().unwrap_or_else(|| "victim did not listen".into()));
     };
+    let (sink, listening) = crate::ulp::sink(NS_A, stop.clone());
+    if !listening {
+        stop.store(true, Ordering::Release);
+        let _ = join(victim);
+        return Fail(join(sink).err().unwrap_or_else(|| "the MPTCP/kTLS sink did not listen".into()));
+    }
     let deadline = Instant::now() + Duration::from_secs(secs);
 
     let stop_s = stop.clone();
     let sender = in_netns(NS_B, move || {
         let (mut ids, mut bytes) = (0u64, 0u64);
+        let mut paths = BTreeMap::new();
         let mut id = seed.rotate_left(17);
         while Instant::now() < deadline && !stop_s.load(Ordering::Acquire) {
             id = id.wrapping_add(1);
-            let to: SocketAddr = if id.is_multiple_of(2) {
-                (std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), VALID_PORT).into()
-            } else {
-                (std::net::Ipv4Addr::new(192, 0, 2, 1), VALID_PORT).into()
+            // plain IPv6, plain IPv4, or through one of the tunnels
+            let tunnels = crate::tunnel::TUNNELS;
+            let path = (id % (2 + tunnels.len() as u64)) as usize;
+            let to: SocketAddr = match path {
+                0 => (std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), VALID_PORT).into(),
+                1 => (std::net::Ipv4Addr::new(192, 0, 2, 1), VALID_PORT).into(),
+                k => SocketAddr::new(tunnels[k - 2].a.parse().unwrap(), VALID_PORT),
             };
+            *paths.entry(if path < 2 { ["IPv6", "IPv4"][path] } else { tunnels[path - 2].name }).or_insert(0u64) += 1;
             let mut s = connect(to, Duration::from_secs(60))?;
             let p = Pattern::new(id);
             let len = valid_len(id);
@@ -982,7 +1226,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
             ids += 1;
             bytes += len;
         }
-        Ok((ids, bytes))
+        Ok((ids, bytes, paths))
     });
 
     let b_idx = n.b_idx;
@@ -1002,14 +1246,16 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let snd = join(sender);
     stop.store(true, Ordering::Release);
     let vic = join(victim);
+    let ulp = join(sink);
     let hits = probes.hits();
     drop(probes);
     let d = n.stats(1, 0).map(|s| s.since(&before));
     let refused = crate::forward::tx_refused().map(|r| r - refused0);
     let snmp = pkt::Snmp::read(NS_A);
     let (sent, events) = tryo!(att);
-    let (ids, bytes) = tryo!(snd);
+    let (ids, bytes, paths) = tryo!(snd);
     let v = tryo!(vic);
+    let ulp = tryo!(ulp);
     let d = tryo!(d);
     let refused = tryo!(refused);
     let snmp = tryo!(snmp);
@@ -1019,7 +1265,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     // `make fuzz-net`'s bar: every class sent at least 1000 times.
     let classes = [
         "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out",
-        "signed",
+        "signed", "tunnel", "mptcp", "ktls",
     ];
     let few: Vec<String> = classes
         .iter()
@@ -1042,6 +1288,16 @@ fn fuzz_remote(env: &Env) -> Outcome {
         v.oob_read,
         v.enobufs
     ));
+    for (kind, what) in [("mptcp", "MPTCP"), ("tls1.2", "kTLS 1.2"), ("tls1.3", "kTLS 1.3")] {
+        env.diag(&format!("{what} receiver: {}", ulp.get(kind).map(|x| x.to_string()).unwrap_or_else(|| "no connection".into())));
+    }
+    for (class, kinds) in [("mptcp", &["mptcp"][..]), ("ktls", &["tls1.2", "tls1.3"][..])] {
+        let conns: u64 = kinds.iter().map(|k| ulp.get(k).map_or(0, |x| x.conns)).sum();
+        if sent.get(class).copied().unwrap_or(0) > 0 && conns == 0 {
+            return Fail(format!("the {class} class sent, but its receiver accepted no connection"));
+        }
+    }
+    env.diag(&format!("valid connections by path: {}", paths.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "netdevsim queue 0: split {} packets ({}), dry-pool drops {}, bad checksums {}, unsplit (dry fallback) {}",
         d.dma_packets,

@@ -69,6 +69,8 @@ pub fn errno_name(e: i32) -> &'static str {
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::ENOBUFS => "ENOBUFS",
         libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EBADMSG => "EBADMSG",
+        libc::EMSGSIZE => "EMSGSIZE",
         _ => "E?",
     }
 }
