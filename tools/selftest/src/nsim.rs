@@ -673,7 +673,11 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
 /// 2" over a context spreading on queues 0-1 delivers to queues 2-3, and the
 /// core must refuse to take the device down to 3 channels while the rule is
 /// there. Before kernel series patch 12 it looked for FLOW_RSS where drivers
-/// do not report it and allowed it.
+/// do not report it and allowed it. Nor may the context's table change so
+/// that the rule's flows leave the device ("equal 3" would send them to
+/// queues 2-4 of 4): netdevsim refuses such a table (the core checks the
+/// rule when it is inserted, not the table when it changes; before, the
+/// queue wrapped around and the flows went silently to queue 0).
 fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(4));
     let Ok(cache) = std::env::var("ZCRX_CACHE") else {
@@ -694,7 +698,19 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
         let rule =
             after(et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?, "Added rule with ID ")?;
         let shrink = et(&["-L", &dev, "combined", "3"]);
+        match et(&["-X", &dev, "context", &ctx, "equal", "3"]) {
+            Ok(_) => return Err("ethtool -X context equal 3 accepted while a rule adds queue 2 to its entries".into()),
+            // (the ioctl ethtool uses for -X shows no extack, only EINVAL;
+            // that the rule was the reason shows below, where the same
+            // table is taken once the rule is gone)
+            Err(e) if !e.contains("would leave the device") && !e.contains("Invalid argument") => {
+                return Err(format!("ethtool -X context equal 3 refused for another reason: {e}"))
+            }
+            Err(_) => {}
+        }
+        et(&["-X", &dev, "context", &ctx, "equal", "2"]).map_err(|e| format!("ethtool -X context equal 2 (the same spread): {e}"))?;
         et(&["-N", &dev, "delete", &rule])?;
+        et(&["-X", &dev, "context", &ctx, "equal", "3"]).map_err(|e| format!("ethtool -X context equal 3 once the rule went: {e}"))?;
         et(&["-X", &dev, "context", &ctx, "delete"])?;
         // the same request once nothing uses queue 3: the refusal was the rule's
         let after = et(&["-L", &dev, "combined", "3"]);
