@@ -26,6 +26,7 @@ mod copyonly;
 mod dmabuf;
 mod edges;
 mod errors;
+mod esp;
 mod events;
 mod faults;
 mod forward;
@@ -103,6 +104,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(tunnel::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
+    v.extend_from_slice(esp::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
     v.extend_from_slice(clients::TESTS);

@@ -88,7 +88,9 @@ pub struct HdsStats {
     pub drop_frags: u64,
     /// Dropped: the emulated DMA failed.
     pub drop_dma: u64,
-    /// Bad TCP checksum: delivered unsplit and unvalidated.
+    /// A checksum netdevsim checks (the TCP one, a tunnel's UDP or GRE
+    /// one) was wrong: split all the same, and the stack checks from the
+    /// first wrong one on (CHECKSUM_NONE, or a lower `csum_level`).
     pub csum_bad: u64,
 }
 

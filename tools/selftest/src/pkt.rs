@@ -136,6 +136,13 @@ fn ip_header(ip: &Ip, proto: u8, l4len: usize) -> (Vec<u8>, u32) {
     }
 }
 
+/// An IP datagram of protocol `proto` carrying `l4` as it is.
+pub fn ip_datagram(ip: &Ip, proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut d = ip_header(ip, proto, l4.len()).0;
+    d.extend_from_slice(l4);
+    d
+}
+
 /// What to put in a checksum field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Csum {
@@ -143,6 +150,15 @@ pub enum Csum {
     Wrong,
     /// None (UDP: 0; GRE: no checksum field).
     Absent,
+}
+
+/// A checksum other than `c`, and not 0 (which UDP reads as "none").
+fn wrong(c: u16) -> u16 {
+    if c == 0x0101 {
+        0x0202
+    } else {
+        c ^ 0x0101
+    }
 }
 
 /// `inner` (an IP datagram) carried in IP itself (IPIP, IPv6 in IPv6).
@@ -171,7 +187,7 @@ pub fn gre(outer: &Ip, inner: &[u8], csum: Csum, key: Option<u32>) -> Vec<u8> {
     if csum != Csum::Absent {
         let mut c = fold(sum16(0, &g));
         if csum == Csum::Wrong {
-            c ^= 0x0101;
+            c = wrong(c);
         }
         g[4..6].copy_from_slice(&c.to_be_bytes());
     }
@@ -197,7 +213,7 @@ pub fn udp_datagram(ip: &Ip, sport: u16, dport: u16, payload: &[u8], csum: Csum)
             c = 0xffff;
         }
         if csum == Csum::Wrong {
-            c ^= 0x0101;
+            c = wrong(c);
         }
         u[6..8].copy_from_slice(&c.to_be_bytes());
     }
