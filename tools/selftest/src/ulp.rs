@@ -117,6 +117,8 @@ fn listen_proto(port: u16, proto: i32) -> io::Result<TcpListener> {
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
     pub conns: u64,
+    /// kTLS: connections whose `TLS_RX` key went in.
+    pub keyed: u64,
     /// Bytes `recv()` returned (plaintext, for kTLS).
     pub bytes: u64,
     /// Why connections ended, by errno name ("EOF" for an orderly end).
@@ -126,7 +128,7 @@ pub(crate) struct Seen {
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ends: Vec<String> = self.ends.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        write!(f, "{} connections, {} bytes read, ended by {}", self.conns, self.bytes, ends.join(", "))
+        write!(f, "{} connections ({} keyed), {} bytes read, ended by {}", self.conns, self.keyed, self.bytes, ends.join(", "))
     }
 }
 
@@ -178,6 +180,7 @@ pub(crate) fn sink(ns: &'static str, stop: Arc<AtomicBool>) -> (std::thread::Joi
                             end(&mut seen, kind, format!("TLS_RX: {}", e.rsplit(": ").next().unwrap_or("")));
                             continue;
                         }
+                        seen.entry(kind).or_default().keyed += 1;
                     }
                     let _ = zcrx::sys::set_linger_abort(&s);
                     let _ = s.set_nonblocking(true);
