@@ -118,6 +118,8 @@ const PROBES: &[&str] = &[
     "geneve_udp_encap_recv",
     "mptcp_recvmsg",
     "tls_sw_recvmsg",
+    "esp_input_done2",
+    "esp6_input_done2",
 ];
 
 /// kprobe events on [`PROBES`]; removed on drop.
@@ -1369,8 +1371,8 @@ fn fuzz_remote(env: &Env) -> Outcome {
     }
     // What the mptcp and ktls classes must have reached: their receivers
     // keyed (kTLS) or spoke MPTCP, read, and met provider memory (EFAULT).
-    let mp_capable = tryo!(snmp.since(&snmp0, "MPTcpExt:MPCapablePassive"));
-    env.diag(&format!("MPTcpExt:MPCapablePassive {mp_capable}"));
+    let mp_capable = tryo!(snmp.since(&snmp0, "MPTcpExt:MPCapableACKRX"));
+    env.diag(&format!("MPTcpExt:MPCapableACKRX {mp_capable}"));
     let probed = |f: &str| hits.get(f).map(|n| n - hits0.get(f).copied().unwrap_or(0));
     for (class, kinds, recv_fn) in [("mptcp", &["mptcp"][..], "mptcp_recvmsg"), ("ktls", &["tls1.2", "tls1.3"][..], "tls_sw_recvmsg")] {
         if sent.get(class).copied().unwrap_or(0) == 0 {
@@ -1385,7 +1387,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
             return Fail("a kTLS receiver installed no TLS_RX key on any connection".into());
         }
         if class == "mptcp" && mp_capable == 0 {
-            return Fail("the mptcp class sent, but no connection was accepted as MPTCP (MPCapablePassive 0)".into());
+            return Fail("the mptcp class sent, but no connection was accepted as MPTCP (MPCapableACKRX 0)".into());
         }
         if efault == 0 {
             return Fail(format!("no {class} connection met provider memory (none ended with EFAULT)"));

@@ -128,7 +128,8 @@ pub(crate) struct Seen {
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ends: Vec<String> = self.ends.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        write!(f, "{} connections ({} keyed), {} bytes read, ended by {}", self.conns, self.keyed, self.bytes, ends.join(", "))
+        let keyed = if self.keyed > 0 { format!(" ({} keyed)", self.keyed) } else { String::new() };
+        write!(f, "{} connections{keyed}, {} bytes read, ended by {}", self.conns, self.bytes, ends.join(", "))
     }
 }
 
