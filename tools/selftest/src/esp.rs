@@ -61,12 +61,9 @@ pub(crate) fn esp_up(n: &Nsim, dport: Option<u16>) -> Result<(), String> {
 
 /// netdevsim's count of packets it decrypted for receive SAs (device 1).
 fn ipsec_rx() -> Result<u64, String> {
-    let path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/ipsec";
-    let t = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    t.split_whitespace()
-        .find_map(|w| w.strip_prefix("rx="))
-        .and_then(|v| v.parse().ok())
-        .ok_or(format!("{path}: no rx= (netdevsim without receive offload?): {:?}", t.lines().next()))
+    let path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/ipsec_rx";
+    let t = std::fs::read_to_string(path).map_err(|e| format!("{path} (netdevsim without receive offload?): {e}"))?;
+    t.trim().parse().map_err(|e| format!("{path}: {t:?}: {e}"))
 }
 
 /// An `/proc/net/xfrm_stat` counter of namespace `ns` (the calling
@@ -94,7 +91,7 @@ fn esp_offload(env: &Env) -> Outcome {
         let rx0 = rx1;
         let plain = in_netns(NS_A, move || {
             let l = TcpListener::bind("[::]:7430").map_err(|e| format!("listen: {e}"))?;
-            let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            let mut s = crate::tunnel::accept_within(&l, Duration::from_secs(60))?;
             s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
             let mut got = Vec::new();
             s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;

@@ -486,12 +486,12 @@ impl Attacker {
         }
     }
 
-    /// Closes a connection of the attacker's own stack: FIN or RST (once
-    /// what was written is acknowledged, or 200 ms have passed, so that
-    /// the writes counted were sent).
+    /// Closes a connection of the attacker's own stack: with a FIN, or
+    /// with a RST once everything written was acknowledged (within 200
+    /// ms; else with a FIN, which still sends it), so that every write
+    /// counted was sent.
     fn end_conn(&mut self, s: TcpStream) {
-        if self.rng.pct(50) {
-            let _ = crate::net::wait_acked(&s, Duration::from_millis(200));
+        if self.rng.pct(50) && crate::net::wait_acked(&s, Duration::from_millis(200)).is_ok() {
             let _ = zcrx::sys::set_linger_abort(&s);
         }
     }
