@@ -27,6 +27,7 @@ use zcrx::ktap::Outcome::{self, *};
 
 use crate::common::{ensure_loaded, wait_idle};
 use crate::net::{addr_a, connect, in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
+use crate::pkt::Snmp;
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("esp_offload_to_zero_copy_queue", esp_offload)];
@@ -64,15 +65,6 @@ fn ipsec_rx() -> Result<u64, String> {
     let path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/ipsec_rx";
     let t = std::fs::read_to_string(path).map_err(|e| format!("{path} (netdevsim without receive offload?): {e}"))?;
     t.trim().parse().map_err(|e| format!("{path}: {t:?}: {e}"))
-}
-
-/// An `/proc/net/xfrm_stat` counter of namespace `ns` (the calling
-/// thread's: `/proc/net` is the process's first thread's).
-pub(crate) fn xfrm_stat(ns: &'static str, name: &'static str) -> Result<u64, String> {
-    join(in_netns(ns, move || {
-        let t = std::fs::read_to_string("/proc/thread-self/net/xfrm_stat").map_err(|e| format!("/proc/net/xfrm_stat: {e}"))?;
-        t.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).ok_or(format!("/proc/net/xfrm_stat: no {name}"))
-    }))
 }
 
 fn esp_offload(env: &Env) -> Outcome {
@@ -132,14 +124,14 @@ fn esp_offload(env: &Env) -> Outcome {
         for v6 in [false, true] {
             let fam = if v6 { "IPv6" } else { "IPv4" };
             let before = n.stats(1, 0)?;
-            let (err0, rx0) = (xfrm_stat(NS_A, "XfrmInStateProtoError")?, ipsec_rx()?);
+            let (snmp0, rx0) = (Snmp::read(NS_A)?, ipsec_rx()?);
             let c = join(in_netns(NS_B, move || {
                 let to: SocketAddr = addr_a(v6, 7431);
                 Ok(std::net::TcpStream::connect_timeout(&to, Duration::from_secs(2)).is_ok())
             }))?;
             established |= c;
             let d = n.stats(1, 0)?.since(&before);
-            let (err, rx) = (xfrm_stat(NS_A, "XfrmInStateProtoError")? - err0, ipsec_rx()? - rx0);
+            let (err, rx) = (Snmp::read(NS_A)?.since(&snmp0, "XfrmInStateProtoError")?, ipsec_rx()? - rx0);
             lines.push(format!(
                 "provider bound, {fam}: netdevsim decrypted {rx} and split {} packets ({} B after the headers), \
                  XfrmInStateProtoError +{err}, {}",

@@ -82,6 +82,15 @@ impl Ip {
 /// The IP datagram carrying `tcp`: IPv4 (20-byte header) or IPv6 (no
 /// extension headers), TCP checksum right unless `tcp.bad_csum`.
 pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
+    let t = tcp_segment(ip, tcp);
+    let mut d = ip_header(ip, libc::IPPROTO_TCP as u8, t.len()).0;
+    d.extend_from_slice(&t);
+    d
+}
+
+/// `tcp` alone, its checksum over `ip`'s pseudo-header (what a datagram
+/// of `ip` carries, in the clear or inside ESP).
+pub fn tcp_segment(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
     let mut opts = tcp.opts.clone();
     opts.resize(opts.len().div_ceil(4) * 4, 0); // EOL padding
     let doff = (20 + opts.len()) / 4;
@@ -98,14 +107,13 @@ pub fn tcp_datagram(ip: &Ip, tcp: &Tcp) -> Vec<u8> {
     t.extend_from_slice(&opts);
     t.extend_from_slice(&tcp.payload);
     let proto = libc::IPPROTO_TCP as u8;
-    let (mut d, pseudo) = ip_header(ip, proto, tcplen);
+    let pseudo = ip_header(ip, proto, tcplen).1;
     let mut c = fold(sum16(pseudo + tcplen as u32 + u32::from(proto), &t));
     if tcp.bad_csum {
         c ^= 0x0101;
     }
     t[16..18].copy_from_slice(&c.to_be_bytes());
-    d.extend_from_slice(&t);
-    d
+    t
 }
 
 /// The IP header of a datagram with `l4len` bytes of protocol `proto`
@@ -448,15 +456,21 @@ pub fn hwaddr(ns: &'static str, dev: &str) -> Result<[u8; 6], String> {
     }))
 }
 
-/// [`hwaddr`] as `ip` writes it (`02:00:00:00:00:02`).
+/// A MAC address as `ip` writes it (`02:00:00:00:00:02`).
+pub fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// [`hwaddr`] as `ip` writes it.
 pub fn hwaddr_str(ns: &'static str, dev: &str) -> Result<String, String> {
-    Ok(hwaddr(ns, dev)?.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
+    Ok(mac_str(hwaddr(ns, dev)?))
 }
 
 /// SNMP counters of namespace `ns`: `/proc/net/snmp` (`Ip`, `Icmp`, `Tcp`,
 /// ... : a names line and a values line), `/proc/net/netstat` (`TcpExt`,
-/// `MPTcpExt`, ...: the same) and `/proc/net/snmp6` (one `Name value` per
-/// line), as a `Table:Name` or `Name6` -> value map. A
+/// `MPTcpExt`, ...: the same), `/proc/net/snmp6` and, where the kernel
+/// has it, `/proc/net/xfrm_stat` (one `Name value` per line), as a
+/// `Table:Name`, `Name6` or `XfrmName` -> value map. A
 /// name asked for that is missing is an error, never a zero.
 pub struct Snmp(std::collections::HashMap<String, u64>);
 
@@ -479,7 +493,8 @@ impl Snmp {
                 }
             }
             let t6 = fs::read_to_string("/proc/thread-self/net/snmp6").map_err(|e| format!("/proc/net/snmp6: {e}"))?;
-            for l in t6.lines() {
+            let xfrm = fs::read_to_string("/proc/thread-self/net/xfrm_stat").unwrap_or_default();
+            for l in t6.lines().chain(xfrm.lines()) {
                 let mut w = l.split_whitespace();
                 if let (Some(n), Some(v)) = (w.next(), w.next().and_then(|v| v.parse().ok())) {
                     m.insert(n.to_string(), v);

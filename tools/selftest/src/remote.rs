@@ -396,15 +396,12 @@ impl Attacker {
     /// does not know, link-layer padding, bytes after the inner datagram
     /// (netdevsim leaves those unsplit: its inner and outer ends differ).
     fn tunnel(&mut self, class: &'static str) {
-        use crate::tunnel::{tunnel_mac, Encap, GENEVE_PORT, TUNNELS, VXLAN_PORT};
+        use crate::tunnel::{encap, Encap, Wrap, TUNNELS};
         use pkt::Csum;
         let t = TUNNELS[self.rng.below(TUNNELS.len() as u64) as usize];
-        let phantom = format!("{}77", &t.b[..t.b.rfind(['.', ':']).unwrap_or(0) + 1]);
-        let mut inner = Ip::new(&phantom, t.a);
+        let mut inner = Ip::new(&t.phantom(), t.a);
         inner.df = self.rng.pct(50);
         inner.id = self.rng.next() as u16;
-        let outer6 = matches!(t.encap, Encap::Ip { v6: true } | Encap::Geneve);
-        let outer = if outer6 { Ip::new("2001:db8::2", "2001:db8::1") } else { Ip::new("192.0.2.2", "192.0.2.1") };
         let dport = self.rng.pick(&[VALID_PORT, GARBAGE_PORT, 9]);
         let sport = 1024 + self.rng.below(60000) as u16;
         let mut seq = self.rng.next() as u32;
@@ -431,37 +428,43 @@ impl Attacker {
             seq = seq.wrapping_add(n as u32);
             inner.id = inner.id.wrapping_add(1);
             let wrong = |r: &mut Rng| if r.pct(10) { Csum::Wrong } else { Csum::Right };
-            let frame = |r: &mut Rng, d: &[u8]| {
-                let src = if r.pct(90) { tunnel_mac(&t, 2) } else { [2, r.next() as u8, 0, 0, 0, 1] };
-                pkt::inner_frame(tunnel_mac(&t, 1), src, d)
+            // the inner Ethernet source: mostly nsb's tunnel device
+            let src = |r: &mut Rng, w: &mut Wrap| {
+                if !r.pct(90) {
+                    w.inner_src = [2, r.next() as u8, 0, 0, 0, 1];
+                }
             };
-            let out = match t.encap {
-                Encap::Ip { .. } => pkt::ip_in_ip(&outer, &d),
+            let mut w = Wrap { usport, ..Wrap::plain(&t, Csum::Right) };
+            match t.encap {
+                Encap::Ip { .. } => {}
                 Encap::GreCsumKey => {
-                    let csum = if self.rng.pct(5) { Csum::Absent } else { wrong(&mut self.rng) };
-                    let key = if self.rng.pct(5) { Some(self.rng.next() as u32) } else { Some(7) };
-                    pkt::gre(&outer, &d, csum, key)
+                    w.csum = if self.rng.pct(5) { Csum::Absent } else { wrong(&mut self.rng) };
+                    if self.rng.pct(5) {
+                        w.gre_key = self.rng.next() as u32;
+                    }
                 }
                 Encap::Vxlan => {
-                    let flags = if self.rng.pct(5) { self.rng.next() as u8 & !0x08 } else { 0x08 };
-                    let csum = if self.rng.pct(50) { Csum::Absent } else { wrong(&mut self.rng) };
-                    let f = frame(&mut self.rng, &d);
-                    pkt::udp_datagram(&outer, usport, VXLAN_PORT, &pkt::vxlan(flags, 42, &f), csum)
+                    if self.rng.pct(5) {
+                        w.vxlan_flags = self.rng.next() as u8 & !0x08;
+                    }
+                    w.csum = if self.rng.pct(50) { Csum::Absent } else { wrong(&mut self.rng) };
+                    src(&mut self.rng, &mut w);
                 }
                 Encap::Geneve => {
-                    let ver = if self.rng.pct(5) { 1 + self.rng.below(3) as u8 } else { 0 };
+                    if self.rng.pct(5) {
+                        w.geneve_ver = 1 + self.rng.below(3) as u8;
+                    }
                     // options: class, type, length in 4-byte words, data
-                    let mut opts = Vec::new();
                     if self.rng.pct(30) {
                         let words = self.rng.below(4) as u8;
-                        opts.extend_from_slice(&[0x01, 0x02, self.rng.next() as u8 & 0x80, words]);
-                        opts.extend((0..4 * words).map(|_| self.rng.next() as u8));
+                        w.geneve_opts.extend_from_slice(&[0x01, 0x02, self.rng.next() as u8 & 0x80, words]);
+                        w.geneve_opts.extend((0..4 * words).map(|_| self.rng.next() as u8));
                     }
-                    let csum = if self.rng.pct(10) { Csum::Absent } else { wrong(&mut self.rng) };
-                    let f = frame(&mut self.rng, &d);
-                    pkt::udp_datagram(&outer, usport, GENEVE_PORT, &pkt::geneve(ver, 43, &opts, &f), csum)
+                    w.csum = if self.rng.pct(10) { Csum::Absent } else { wrong(&mut self.rng) };
+                    src(&mut self.rng, &mut w);
                 }
-            };
+            }
+            let (outer6, out) = encap(&t, &d, &w);
             let pad = if self.rng.pct(10) { 1 + self.rng.below(32) as usize } else { 0 };
             self.send(class, outer6, &out, pad);
         }
@@ -631,14 +634,12 @@ impl Attacker {
             let flags = self.rng.pick(&[SYN, ACK | PSH, ACK, ACK | FIN, any]);
             let t = Tcp { seq, flags, win: 65535, ..Tcp::data(sport, dport, self.payload(n)) };
             seq = seq.wrapping_add(n as u32);
-            // the segment as IP would carry it, without the IP header
-            let seg = pkt::tcp_datagram(&ip, &t);
-            let seg = &seg[if v6 { 40 } else { 20 }..];
+            let seg = pkt::tcp_segment(&ip, &t);
             let mut e = Vec::with_capacity(seg.len() + 64);
             e.extend_from_slice(&spi.to_be_bytes());
             e.extend_from_slice(&(self.rng.next() as u32).to_be_bytes());
             e.extend(self.payload(8)); // IV
-            e.extend_from_slice(seg);
+            e.extend_from_slice(&seg);
             let fit = (4 - (seg.len() + 2) % 4) % 4;
             let pad = if self.rng.pct(80) { fit } else { self.rng.below(256) as usize };
             e.extend((1..=pad).map(|i| i as u8));
@@ -1241,7 +1242,6 @@ fn fuzz_remote(env: &Env) -> Outcome {
     tryo!(crate::forward::back_out_up(&n));
     tryo!(crate::tunnel::tunnels_up());
     tryo!(crate::esp::esp_up(&n, Some(ESP_PORT)));
-    let xfrm0 = tryo!(crate::esp::xfrm_stat(NS_A, "XfrmInStateProtoError"));
     let mac_a = tryo!(phantom_up(&n));
     let (probes, unprobed) = Probes::new();
     let hits0 = probes.hits();
@@ -1332,7 +1332,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let d = tryo!(d);
     let refused = tryo!(refused);
     let snmp = tryo!(snmp);
-    let xfrm_err = tryo!(crate::esp::xfrm_stat(NS_A, "XfrmInStateProtoError")) - xfrm0;
+    let xfrm_err = tryo!(snmp.since(&snmp0, "XfrmInStateProtoError"));
     let (md5_bad, ao_bad) = (tryo!(snmp.since(&snmp0, "TcpExt:TCPMD5Failure")), tryo!(snmp.since(&snmp0, "TcpExt:TCPAOBad")));
     let total: u64 = sent.values().sum();
     env.diag(&format!(

@@ -107,10 +107,6 @@ pub(crate) fn tunnel_mac(t: &Tunnel, side: u8) -> [u8; 6] {
     [0x02, 0x7e, 0, 0, k, side]
 }
 
-fn mac_str(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
 /// Loads the modules VXLAN and GENEVE need (the kernel has them as
 /// modules), from the build the VM runs.
 fn load_udp_tunnels() -> Result<(), String> {
@@ -137,7 +133,7 @@ pub(crate) fn tunnels_up() -> Result<(), String> {
     let (a4, a6, b4, b6) = ("192.0.2.1", "2001:db8::1", "192.0.2.2", "2001:db8::2");
     let (mut ca, mut cb) = (String::new(), String::new());
     for t in TUNNELS {
-        let (ma, mb) = (mac_str(tunnel_mac(t, 1)), mac_str(tunnel_mac(t, 2)));
+        let (ma, mb) = (pkt::mac_str(tunnel_mac(t, 1)), pkt::mac_str(tunnel_mac(t, 2)));
         ca += &tunnel_cmds(t, (a4, a6), (b4, b6), t.a, &ma);
         cb += &tunnel_cmds(t, (b4, b6), (a4, a6), t.b, &mb);
         if matches!(t.encap, Encap::Vxlan | Encap::Geneve) {
@@ -182,19 +178,54 @@ pub(crate) fn accept_within(l: &std::net::TcpListener, t: Duration) -> Result<st
     }
 }
 
-/// Tunnel `t`'s frame from nsb to nsa (MAC `mac_a`) around the IP datagram
-/// `inner`, with the outer checksum as `outer` says (GRE, VXLAN, GENEVE;
-/// ignored for IP in IP). Returns whether the outer header is IPv6, and
-/// the outer datagram.
-pub(crate) fn encap(t: &Tunnel, inner: &[u8], outer: Csum) -> (bool, Vec<u8>) {
-    let v6 = matches!(t.encap, Encap::Ip { v6: true } | Encap::Geneve);
-    let o = if v6 { Ip::new("2001:db8::2", "2001:db8::1") } else { Ip::new("192.0.2.2", "192.0.2.1") };
-    let frame = || pkt::inner_frame(tunnel_mac(t, 1), tunnel_mac(t, 2), inner);
+impl Tunnel {
+    /// An address behind nsb inside the tunnel that no one has (`.77`).
+    pub(crate) fn phantom(&self) -> String {
+        format!("{}77", &self.b[..self.b.rfind(['.', ':']).unwrap_or(0) + 1])
+    }
+
+    /// Whether the outer header is IPv6, and the outer addresses (nsb to
+    /// nsa).
+    pub(crate) fn outer(&self) -> (bool, Ip) {
+        let v6 = matches!(self.encap, Encap::Ip { v6: true } | Encap::Geneve);
+        (v6, if v6 { Ip::new("2001:db8::2", "2001:db8::1") } else { Ip::new("192.0.2.2", "192.0.2.1") })
+    }
+}
+
+/// The outer headers of a crafted frame, where they may differ from what
+/// the tunnel itself sends.
+pub(crate) struct Wrap {
+    /// The outer UDP or GRE checksum (not for IP in IP).
+    pub csum: Csum,
+    pub gre_key: u32,
+    pub vxlan_flags: u8,
+    pub geneve_ver: u8,
+    /// GENEVE options, a multiple of 4 bytes.
+    pub geneve_opts: Vec<u8>,
+    /// The inner Ethernet source (VXLAN, GENEVE).
+    pub inner_src: [u8; 6],
+    /// The outer UDP source port (a flow hash).
+    pub usport: u16,
+}
+
+impl Wrap {
+    /// What tunnel `t` itself would send, with the outer checksum `csum`.
+    pub(crate) fn plain(t: &Tunnel, csum: Csum) -> Wrap {
+        Wrap { csum, gre_key: 7, vxlan_flags: 0x08, geneve_ver: 0, geneve_opts: Vec::new(), inner_src: tunnel_mac(t, 2), usport: 50000 }
+    }
+}
+
+/// Tunnel `t`'s datagram from nsb to nsa around the IP datagram `inner`,
+/// its outer headers as `w` says. Returns whether the outer header is
+/// IPv6, and the outer datagram.
+pub(crate) fn encap(t: &Tunnel, inner: &[u8], w: &Wrap) -> (bool, Vec<u8>) {
+    let (v6, o) = t.outer();
+    let frame = || pkt::inner_frame(tunnel_mac(t, 1), w.inner_src, inner);
     let d = match t.encap {
         Encap::Ip { .. } => pkt::ip_in_ip(&o, inner),
-        Encap::GreCsumKey => pkt::gre(&o, inner, outer, Some(7)),
-        Encap::Vxlan => pkt::udp_datagram(&o, 50000, VXLAN_PORT, &pkt::vxlan(0x08, 42, &frame()), outer),
-        Encap::Geneve => pkt::udp_datagram(&o, 50000, GENEVE_PORT, &pkt::geneve(0, 43, &[], &frame()), outer),
+        Encap::GreCsumKey => pkt::gre(&o, inner, w.csum, Some(w.gre_key)),
+        Encap::Vxlan => pkt::udp_datagram(&o, w.usport, VXLAN_PORT, &pkt::vxlan(w.vxlan_flags, 42, &frame()), w.csum),
+        Encap::Geneve => pkt::udp_datagram(&o, w.usport, GENEVE_PORT, &pkt::geneve(w.geneve_ver, 43, &w.geneve_opts, &frame()), w.csum),
     };
     (v6, d)
 }
@@ -221,7 +252,7 @@ fn tunnel_checksums(env: &Env) -> Outcome {
     let mut lines = Vec::new();
     let r = (|| -> Result<(), String> {
         for t in TUNNELS {
-            let phantom = format!("{}77", &t.b[..t.b.rfind(['.', ':']).unwrap_or(0) + 1]);
+            let phantom = t.phantom();
             let has_outer = matches!(t.encap, Encap::GreCsumKey | Encap::Vxlan | Encap::Geneve);
             let mut cases = vec![("right", Csum::Right, false), ("inner wrong", Csum::Right, true)];
             if has_outer {
@@ -229,7 +260,7 @@ fn tunnel_checksums(env: &Env) -> Outcome {
             }
             for (what, outer, inner_bad) in cases {
                 let tcp = Tcp { bad_csum: inner_bad, ..Tcp::data(40000, 9, vec![0x5a; 300]) };
-                let (v6, d) = encap(t, &pkt::tcp_datagram(&Ip::new(&phantom, t.a), &tcp), outer);
+                let (v6, d) = encap(t, &pkt::tcp_datagram(&Ip::new(&phantom, t.a), &tcp), &Wrap::plain(t, outer));
                 let before = n.stats(1, 0)?;
                 let snmp0 = pkt::Snmp::read(NS_A)?;
                 pkt::send_frames(NS_B, n.b_idx, vec![pkt::frame(mac_a, v6, &d, 0)])?;
