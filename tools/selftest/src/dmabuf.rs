@@ -34,7 +34,7 @@ struct UdmabufCreate {
 const UDMABUF_CREATE: libc::c_ulong = (1 << 30) | (24 << 16) | ((b'u' as libc::c_ulong) << 8) | 0x42;
 
 /// A memfd of `len` bytes and a udmabuf of it: `(memfd, dmabuf)`.
-fn udmabuf(len: usize) -> Result<(OwnedFd, OwnedFd), String> {
+pub(crate) fn udmabuf(len: usize) -> Result<(OwnedFd, OwnedFd), String> {
     let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // SAFETY: plain syscalls on fds we own; the struct matches the ioctl.
     unsafe {

@@ -114,14 +114,14 @@ pub(crate) fn add_key(fd: i32, sig: Sig, peer: impl Into<std::net::IpAddr>) -> s
 }
 
 /// A listener on `[::]:port` that signs with the sender's address.
-fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
+pub(crate) fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
     let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
     add_key(l.as_raw_fd(), sig, "2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap()).map_err(|e| format!("listener key: {e}"))?;
     Ok(l)
 }
 
 /// Connects to the receiver from `nsb` with a key, retrying while it comes up.
-fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
+pub(crate) fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
     let t0 = Instant::now();
     loop {
         // SAFETY: plain socket(2).
@@ -153,7 +153,7 @@ fn signed_connect(sig: Sig, to: SocketAddr) -> Result<TcpStream, String> {
 }
 
 /// A TcpExt counter of the calling thread's network namespace.
-fn tcpext(name: &str) -> Result<u64, String> {
+pub(crate) fn tcpext(name: &str) -> Result<u64, String> {
     let t = std::fs::read_to_string("/proc/thread-self/net/netstat").map_err(|e| format!("netstat: {e}"))?;
     let mut lines = t.lines().filter(|l| l.starts_with("TcpExt:"));
     let (Some(h), Some(v)) = (lines.next(), lines.next()) else { return Err("netstat: no TcpExt".into()) };

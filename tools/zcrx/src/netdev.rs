@@ -4,9 +4,11 @@
 //! The netdev generic netlink family (`<linux/netdev.h>`), as much as a
 //! receiver needs to tell its connections apart by rx queue: the NAPI
 //! instance of each queue (`queue-get`), to match against a socket's
-//! `SO_INCOMING_NAPI_ID`.
+//! `SO_INCOMING_NAPI_ID`; and `bind-tx`, which lets a socket transmit
+//! from a dma-buf (devmem TX).
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::ethtool::{attr, for_each_attr, Genl};
 
@@ -16,6 +18,10 @@ const NETDEV_A_QUEUE_IFINDEX: u16 = 2;
 const NETDEV_A_QUEUE_TYPE: u16 = 3;
 const NETDEV_A_QUEUE_NAPI_ID: u16 = 4;
 const NETDEV_QUEUE_TYPE_RX: u32 = 0;
+const NETDEV_CMD_BIND_TX: u8 = 15;
+const NETDEV_A_DMABUF_IFINDEX: u16 = 1;
+const NETDEV_A_DMABUF_FD: u16 = 3;
+const NETDEV_A_DMABUF_ID: u16 = 4;
 
 /// The `queue-get` request attributes for rx queue `queue` of `ifindex`.
 fn queue_get_attrs(ifindex: u32, queue: u32) -> Vec<u8> {
@@ -42,6 +48,43 @@ pub fn rx_queue_napi_id(ifindex: u32, queue: u32) -> io::Result<u32> {
         }
     });
     id.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("rx queue {queue} of ifindex {ifindex} reports no NAPI id")))
+}
+
+/// A dma-buf bound for transmission on a device (`bind-tx`). The kernel
+/// keeps the binding while the netlink socket that asked for it is open:
+/// dropping this ends it.
+pub struct TxBinding {
+    _sock: Genl,
+    id: u32,
+}
+
+impl TxBinding {
+    /// The binding's id, for the `SCM_DEVMEM_DMABUF` control message of a
+    /// `sendmsg(MSG_ZEROCOPY)` whose iovec addresses are offsets into the
+    /// dma-buf.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Binds `dmabuf` for transmission on device `ifindex` (in the caller's
+/// network namespace; needs `CAP_NET_ADMIN` and a device that can transmit
+/// from unreadable memory, else the kernel's errno and message).
+pub fn bind_tx(ifindex: u32, dmabuf: BorrowedFd<'_>) -> io::Result<TxBinding> {
+    let mut g = Genl::open()?;
+    let fam = g.family_id("netdev")?;
+    let mut a = Vec::new();
+    attr(&mut a, NETDEV_A_DMABUF_IFINDEX, &ifindex.to_ne_bytes());
+    attr(&mut a, NETDEV_A_DMABUF_FD, &(dmabuf.as_raw_fd() as u32).to_ne_bytes());
+    let reply = g.request(fam, NETDEV_CMD_BIND_TX, &a)?;
+    let mut id = None;
+    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
+        if t == NETDEV_A_DMABUF_ID && p.len() >= 4 {
+            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
+        }
+    });
+    let id = id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bind-tx reply without an id"))?;
+    Ok(TxBinding { _sock: g, id })
 }
 
 #[cfg(test)]
