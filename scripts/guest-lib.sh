@@ -15,9 +15,14 @@
 KSRC=$ZCRX_CACHE/linux/src
 YNL="/usr/bin/python3 $KSRC/tools/net/ynl/pyynl/cli.py --no-schema"
 
+# netdevsim puts its DMA addresses this far above the physical ones (its
+# dma_offset parameter, series patch 47): above all of the guest's memory,
+# so that a physical address taken for a DMA address finds no memory
+NSIM_DMA_OFFSET=0x100000000000
+
 nsim_load() {
 	[ -d /sys/bus/netdevsim ] && return 0
-	insmod "$ZCRX_BUILD/drivers/net/netdevsim/netdevsim.ko"
+	insmod "$ZCRX_BUILD/drivers/net/netdevsim/netdevsim.ko" dma_offset=$NSIM_DMA_OFFSET
 }
 
 # nsim_dev ID: the netdev name of netdevsim device ID's single port

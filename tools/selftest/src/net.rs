@@ -138,6 +138,12 @@ pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
 }
 
 /// The linked pair.
+/// netdevsim's `dma_offset` (series patch 47): its DMA addresses are this
+/// far above the physical ones, above all of the guest's memory, so that a
+/// physical address handed to the device as a DMA address finds no memory
+/// (netdevsim drops the packet, `drop_dma`) and every data test fails.
+pub const NSIM_DMA_OFFSET: u64 = 0x1000_0000_0000;
+
 pub struct Nsim {
     /// Receiver netdev (in `nsa`).
     pub a: String,
@@ -186,7 +192,14 @@ impl Nsim {
     pub fn up_steered(queues: u32, steer: Option<u32>) -> Result<Nsim, String> {
         let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
         if !Path::new("/sys/bus/netdevsim").exists() {
-            run("insmod", &[&format!("{build}/drivers/net/netdevsim/netdevsim.ko")], "")?;
+            let off = format!("dma_offset={NSIM_DMA_OFFSET:#x}");
+            run("insmod", &[&format!("{build}/drivers/net/netdevsim/netdevsim.ko"), &off], "")?;
+        }
+        // Every test runs with DMA addresses that are not physical ones.
+        let p = "/sys/module/netdevsim/parameters/dma_offset";
+        match fs::read_to_string(p).map(|v| v.trim().parse::<u64>()) {
+            Ok(Ok(NSIM_DMA_OFFSET)) => {}
+            r => return Err(format!("netdevsim was loaded without dma_offset={NSIM_DMA_OFFSET:#x} ({p}: {r:?})")),
         }
         Self::down_quiet();
         write_sys("/sys/bus/netdevsim/new_device", &format!("1 1 {queues}"))?;
