@@ -31,6 +31,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("copybreak_segments_stay_apart_in_gro", copybreak_segments_stay_apart_in_gro),
     ("checksum_checked_padding_not_dmad", checksum_checked_padding_not_dmad),
     ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
+    ("queue_stats_survive_channel_shrink", queue_stats_survive_channel_shrink),
 ];
 
 /// Waits until `cond` holds for netdevsim's counters of the receiver's
@@ -726,5 +727,109 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     let e = tryo!(r);
     let why = e.lines().find(|l| l.contains("too low")).unwrap_or(&e);
     env.diag(&format!("ethtool -L combined 3 refused while the rule is there: {}", why.trim()));
+    Pass
+}
+
+/// The device's queue statistics totals (`qstats-get` of the netdev
+/// family, read with the kernel tree's YNL library) of `ifindex` in `NS_A`:
+/// `rx-csum-bad rx-hw-drops rx-alloc-fail` on one line.
+const QSTATS: &str = r#"
+import sys
+ksrc, ifindex = sys.argv[1], int(sys.argv[2])
+sys.path.append(ksrc + '/tools/net/ynl/pyynl')
+from lib import YnlFamily
+ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml')
+t = [0, 0, 0]
+for q in ynl.dump('qstats-get', {'ifindex': ifindex}):
+    for i, k in enumerate(('rx-csum-bad', 'rx-hw-drops', 'rx-alloc-fail')):
+        t[i] += q.get(k, 0)
+print(*t)
+"#;
+
+fn qstats_totals(ifindex: u32) -> Result<[u64; 3], String> {
+    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+    let ksrc = format!("{cache}/linux/src");
+    let out = join(in_netns(NS_A, move || net::run("/usr/bin/python3", &["-c", QSTATS, &ksrc, &ifindex.to_string()], "")))?;
+    let v: Vec<u64> = out.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    v.try_into().map_err(|_| format!("qstats-get: bad output {out:?}"))
+}
+
+/// The device's queue statistics do not go backwards when `ethtool -L`
+/// takes queues away: netdevsim counts 3 bad checksums on queue 3 of 4
+/// (raw frames steered there by an ntuple rule, split into a provider's
+/// buffers); the device's `rx-csum-bad` total (`qstats-get`) stays 3 with
+/// 2 queues and with 4 again (not 0, then 3; not 6). Before the fix of
+/// series patch 22 the counters of the removed queues left the totals.
+fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(4));
+    tryo!(n.hds(true));
+    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
+        return Fail("ZCRX_CACHE not set (run in the VM)".into());
+    };
+    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let et = move |args: Vec<String>| {
+        let ethtool = ethtool.clone();
+        join(in_netns(NS_A, move || net::run(&ethtool, &args.iter().map(String::as_str).collect::<Vec<_>>(), "")))
+    };
+    let dev = n.a.clone();
+    let out = tryo!(et(vec![
+        "-N".into(),
+        dev.clone(),
+        "flow-type".into(),
+        "tcp4".into(),
+        "dst-port".into(),
+        "7341".into(),
+        "action".into(),
+        "3".into()
+    ]));
+    let Some(rule) = out.split("Added rule with ID ").nth(1).and_then(|t| t.split_whitespace().next()).map(str::to_string) else {
+        return Fail(format!("ethtool -N: no rule id in {out:?}"));
+    };
+    let base = tryo!(qstats_totals(n.a_idx));
+    let before = tryo!(net::hds_stats(1, 3));
+    let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    // queue 3 bound (netdevsim splits only into a provider's buffers);
+    // nobody listens on 7341
+    let rx = with_receiver(n.a_idx, 3, 1 << 20, 7340, false, move |_z, _l| {
+        let _ = go_rx.recv();
+        Ok(())
+    });
+    let payload: Vec<u8> = (0..600u32).map(|i| (i * 11) as u8).collect();
+    let frames = (0..3).map(|_| tcp_frame(mac, false, 7341, &payload, 0, true)).collect();
+    let sent = pkt::send_frames(NS_B, n.b_idx, frames);
+    let t0 = Instant::now();
+    let counted = loop {
+        let st = net::hds_stats(1, 3).map(|st| st.since(&before));
+        match st {
+            Ok(d) if d.csum_bad >= 3 => break Ok(d.csum_bad),
+            Ok(_) if t0.elapsed() < Duration::from_secs(60) => sleep(Duration::from_millis(20)),
+            Ok(d) => break Err(format!("netdevsim counted {} of 3 bad checksums on queue 3 in 60 s", d.csum_bad)),
+            Err(e) => break Err(e),
+        }
+    };
+    let _ = go_tx.send(());
+    tryo!(join(rx));
+    tryo!(sent);
+    let counted = tryo!(counted);
+    let four = tryo!(qstats_totals(n.a_idx));
+    tryo!(et(vec!["-N".into(), dev.clone(), "delete".into(), rule]));
+    tryo!(et(vec!["-L".into(), dev.clone(), "combined".into(), "2".into()]));
+    let two = tryo!(qstats_totals(n.a_idx));
+    tryo!(et(vec!["-L".into(), dev.clone(), "combined".into(), "4".into()]));
+    let four_again = tryo!(qstats_totals(n.a_idx));
+    env.diag(&format!(
+        "netdevsim counted {counted} bad checksums on queue 3; rx-csum-bad/hw-drops/alloc-fail totals: before {base:?}, \
+         4 queues {four:?}, 2 queues {two:?}, 4 again {four_again:?}"
+    ));
+    if four[0] != base[0] + 3 {
+        return Fail(format!("rx-csum-bad went from {} to {} with 3 bad checksums counted", base[0], four[0]));
+    }
+    if two != four || four_again != four {
+        return Fail(format!("the totals changed with the queues: 4 queues {four:?}, 2 queues {two:?}, 4 again {four_again:?}"));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
