@@ -31,6 +31,7 @@ use zcrx::ktap::Outcome::{self, *};
 use crate::common::ensure_loaded;
 use crate::net::{self, addr_a, join, Nsim, NS_A, NS_B};
 use crate::signed::{add_key, listener, signed_connect, Sig};
+use crate::tunnel::accept_within;
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] =
@@ -156,7 +157,7 @@ fn check(got: &[u8], what: &str) -> Result<(), String> {
 
 /// Connects from `nsb` without a key, retrying while the listener comes up.
 fn plain_connect(to: SocketAddr) -> Result<TcpStream, String> {
-    net::connect(to, Duration::from_secs(10))
+    net::connect(to, Duration::from_secs(60))
 }
 
 /// The unsigned control: the whole dma-buf sent from device memory
@@ -164,7 +165,7 @@ fn plain_connect(to: SocketAddr) -> Result<TcpStream, String> {
 fn control(b_idx: u32, port: u16) -> Result<String, String> {
     let rx = net::in_netns(NS_A, move || {
         let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
-        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut s = accept_within(&l, Duration::from_secs(60))?;
         s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let mut got = Vec::new();
         s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
@@ -196,7 +197,7 @@ fn control(b_idx: u32, port: u16) -> Result<String, String> {
 fn refused(sig: Sig, b_idx: u32, port: u16) -> Result<String, String> {
     let rx = net::in_netns(NS_A, move || {
         let l = listener(sig, port)?;
-        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut s = accept_within(&l, Duration::from_secs(60))?;
         s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let mut got = Vec::new();
         s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
@@ -266,7 +267,7 @@ fn key_after_queued(b_idx: u32, port: u16) -> Result<String, String> {
     let (queued_tx, queued_rx) = channel::<()>();
     let rx = net::in_netns(NS_A, move || {
         let l = small_listener(port, 4096)?;
-        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut s = accept_within(&l, Duration::from_secs(60))?;
         // Read only once the sender has tried its keys.
         queued_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| "the sender never got to its keys")?;
         s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
@@ -312,14 +313,24 @@ fn key_after_queued(b_idx: u32, port: u16) -> Result<String, String> {
             r?;
             Ok((queued, outq as usize, "MD5 EBUSY, AO EISCONN, AO in repair mode EBUSY".to_string()))
         })();
+        // On an error, reset before the receiver reads: queued dma-buf
+        // data must neither be sent under a key nor keep an orphan (and
+        // the binding's pages) alive after the test.
+        let s = match r {
+            Ok(v) => (v, s),
+            Err(e) => {
+                let _ = close_now(s);
+                let _ = queued_tx.send(());
+                return Err(e);
+            }
+        };
+        let (v, s) = s;
         let _ = queued_tx.send(());
-        // On an error, reset: queued dma-buf data must not keep an orphan
-        // (and the binding's pages) alive after the test.
-        let r = r.and_then(|v| net::wait_acked(&s, Duration::from_secs(60)).map(|_| v));
-        if r.is_err() {
+        if let Err(e) = net::wait_acked(&s, Duration::from_secs(60)) {
             let _ = close_now(s);
+            return Err(e);
         }
-        r
+        Ok(v)
     });
     let sent = join(tx);
     let got = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
@@ -331,20 +342,45 @@ fn key_after_queued(b_idx: u32, port: u16) -> Result<String, String> {
     Ok(format!("keys added with {outq} of {queued} dma-buf bytes queued: {seen}; then all {queued} arrived byte-exact"))
 }
 
-/// The dma-buf bytes that `ranges` send, in order.
-fn expected(ranges: &[(usize, usize)]) -> impl Iterator<Item = u8> + '_ {
-    ranges.iter().flat_map(|&(off, len)| (off..off + len).map(pat))
+/// What the MTU-probe stream sends: a dma-buf range, or readable bytes
+/// written with `write()` (byte `i` of such a write is `!pat(i)`).
+#[derive(Clone, Copy)]
+enum Piece {
+    Dma(usize, usize),
+    Plain(usize),
+}
+
+/// The bytes the receiver must get for `pieces`, in order.
+fn expected(pieces: &[Piece]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in pieces {
+        match *p {
+            Piece::Dma(off, len) => v.extend((off..off + len).map(pat)),
+            Piece::Plain(len) => v.extend((0..len).map(|i| !pat(i))),
+        }
+    }
+    v
+}
+
+/// netdevsim's count of TX skbs whose frags it could not read (series
+/// patch 44), on the sender's device.
+fn tx_unreadable_refused() -> Result<u64, String> {
+    let p = "/sys/kernel/debug/netdevsim/netdevsim2/ports/0/tx_unreadable_refused";
+    std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?.trim().parse().map_err(|e| format!("{p}: {e}"))
 }
 
 /// devmem TX with MTU probing (`tcp_mtu_probing=2`: the connection starts
-/// at `tcp_base_mss` and probes for more). Each round sends 64 bytes from
-/// the start of one dma-buf page, then the rest of another page from
-/// offset 64: frags of two net_iovs whose offsets look contiguous. An MTU
-/// probe copies the frags of the queued skbs into a new skb; before the
-/// kernel fix it was marked readable (a NULL page for whoever reads it:
-/// here netdevsim, as a NIC that copies) and merged such frags into one,
-/// sending the wrong page's bytes. 1 MiB must arrive byte-exact, and the
-/// sender's `TCPMTUPSuccess` shows that probes were sent and acknowledged.
+/// at `tcp_base_mss` and probes for more). Each 4 KiB round is 8 pieces
+/// of 512 bytes, each from another dma-buf page, at offsets that continue
+/// each other (piece j at offset 512 j): every boundary is between frags
+/// of two net_iovs that look contiguous; every 32 rounds a `write()` of
+/// 700 readable bytes comes between. An MTU probe copies the frags of the
+/// queued skbs into a new skb; before the kernel fix it was marked
+/// readable (a NULL page for whoever reads it: here netdevsim, as a NIC
+/// that copies) and merged such frags into one, sending the wrong page's
+/// bytes. 1 MiB must arrive byte-exact, netdevsim must have refused no
+/// frag, and the sender's `TCPMTUPSuccess` shows that probes were sent and
+/// acknowledged.
 fn devmem_tx_mtu_probe(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
@@ -352,50 +388,68 @@ fn devmem_tx_mtu_probe(env: &Env) -> Outcome {
     let port = 7235;
     const ROUNDS: usize = 256;
     let pages = BUF / 4096;
-    let ranges: Vec<(usize, usize)> =
-        (0..ROUNDS).flat_map(|r| [((2 * r % pages) * 4096, 64), (((2 * r + 1) % pages) * 4096 + 64, 4096 - 64)]).collect();
-    let total: usize = ranges.iter().map(|r| r.1).sum();
+    let mut pieces = Vec::new();
+    for r in 0..ROUNDS {
+        if r % 32 == 31 {
+            pieces.push(Piece::Plain(700));
+        }
+        pieces.extend((0..8).map(|j| Piece::Dma(((8 * r + j) % pages) * 4096 + 512 * j, 512)));
+    }
+    let want = expected(&pieces);
+    let total = want.len();
+    let refused0 = tryo!(tx_unreadable_refused());
     let rx = net::in_netns(NS_A, move || {
         let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
-        let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut s = accept_within(&l, Duration::from_secs(60))?;
         s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let mut got = Vec::new();
         s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
         Ok(got)
     });
-    let r2 = ranges.clone();
     let tx = net::in_netns(NS_B, move || {
         std::fs::write("/proc/sys/net/ipv4/tcp_mtu_probing", "2").map_err(|e| format!("tcp_mtu_probing: {e}"))?;
         let (success0, fail0) = (crate::signed::tcpext("TCPMTUPSuccess")?, crate::signed::tcpext("TCPMTUPFail")?);
         let (b, _d, _m) = tx_dmabuf(b_idx)?;
-        let s = plain_connect(addr_a(true, port))?;
+        let mut s = plain_connect(addr_a(true, port))?;
         let r = (|| -> Result<(), String> {
             set_int(&s, libc::SOL_SOCKET, SO_ZEROCOPY, 1)?;
-            // 32 rounds (64 iovecs) a call; partial sends resume mid-list.
-            let mut rest: Vec<(usize, usize)> = Vec::new();
             let mut i = 0;
-            while i < r2.len() || !rest.is_empty() {
-                if rest.is_empty() {
-                    rest = r2[i..(i + 64).min(r2.len())].to_vec();
-                    i += rest.len();
+            while i < pieces.len() {
+                if let Piece::Plain(len) = pieces[i] {
+                    let data: Vec<u8> = (0..len).map(|k| !pat(k)).collect();
+                    s.write_all(&data).map_err(|e| format!("write: {e}"))?;
+                    i += 1;
+                    continue;
                 }
-                let mut n = send_devmem_iov(&s, b.id(), &rest, 0).map_err(|e| format!("devmem sendmsg: {e}"))?;
-                while n > 0 {
-                    if n >= rest[0].1 {
-                        n -= rest[0].1;
-                        rest.remove(0);
-                    } else {
-                        rest[0] = (rest[0].0 + n, rest[0].1 - n);
-                        n = 0;
+                // up to 64 dma-buf pieces a call; a partial send resumes
+                // in the middle of a piece
+                let mut rest: Vec<(usize, usize)> = Vec::new();
+                while i < pieces.len() && rest.len() < 64 {
+                    match pieces[i] {
+                        Piece::Dma(off, len) => rest.push((off, len)),
+                        Piece::Plain(_) => break,
                     }
+                    i += 1;
                 }
-                drain_errqueue(&s);
+                while !rest.is_empty() {
+                    let mut n = send_devmem_iov(&s, b.id(), &rest, 0).map_err(|e| format!("devmem sendmsg: {e}"))?;
+                    while n > 0 {
+                        if n >= rest[0].1 {
+                            n -= rest[0].1;
+                            rest.remove(0);
+                        } else {
+                            rest[0] = (rest[0].0 + n, rest[0].1 - n);
+                            n = 0;
+                        }
+                    }
+                    drain_errqueue(&s);
+                }
             }
             net::wait_acked(&s, Duration::from_secs(60))
         })();
-        if r.is_err() {
+        if let Err(e) = r {
             let _ = close_now(s);
-            return r.map(|_| (0, 0));
+            return Err(e);
         }
         drop(s);
         let (success, fail) = (crate::signed::tcpext("TCPMTUPSuccess")?, crate::signed::tcpext("TCPMTUPFail")?);
@@ -404,18 +458,25 @@ fn devmem_tx_mtu_probe(env: &Env) -> Outcome {
     let sent = join(tx);
     let got = tryo!(join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
     let (success, fail) = tryo!(sent.map_err(|e| format!("sender: {e}")));
+    let refused = tryo!(tx_unreadable_refused()) - refused0;
     if got.len() != total {
         return Fail(format!("{} of {total} bytes arrived", got.len()));
     }
-    if let Some((i, (g, e))) = got.iter().zip(expected(&ranges)).enumerate().find(|(_, (g, e))| *g != e) {
-        return Fail(format!("byte {i} (round {}, at {}) is {g:#04x}, the dma-buf has {e:#04x}", i / 4096, i % 4096));
+    if let Some(i) = got.iter().zip(&want).position(|(g, e)| g != e) {
+        return Fail(format!("byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]));
+    }
+    if refused != 0 {
+        return Fail(format!("netdevsim refused {refused} TX skbs whose frags it could not read"));
     }
     if success == 0 {
         return Fail(format!("no MTU probe succeeded (TCPMTUPSuccess +0, TCPMTUPFail +{fail}): the test proves nothing"));
     }
-    drop(n);
     tryo!(crate::common::wait_idle(Duration::from_secs(10)));
-    env.diag(&format!("{total} bytes in {ROUNDS} rounds of two net_iovs, byte-exact; TCPMTUPSuccess +{success}, TCPMTUPFail +{fail}"));
+    drop(n);
+    env.diag(&format!(
+        "{total} bytes ({ROUNDS} rounds of 8 net_iov pieces, readable writes between), byte-exact; \
+         TCPMTUPSuccess +{success}, TCPMTUPFail +{fail}; netdevsim refused 0"
+    ));
     Pass
 }
 
@@ -430,8 +491,8 @@ fn devmem_tx_on_signed_socket(env: &Env) -> Outcome {
         notes.push(tryo!(refused(sig, n.b_idx, port)));
     }
     notes.push(tryo!(key_after_queued(n.b_idx, 7234)));
-    drop(n);
     tryo!(crate::common::wait_idle(Duration::from_secs(10)));
+    drop(n);
     env.diag(&notes.join("; "));
     Pass
 }

@@ -137,13 +137,14 @@ pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
     })
 }
 
-/// The linked pair.
 /// netdevsim's `dma_offset` (series patch 47): its DMA addresses are this
 /// far above the physical ones, above all of the guest's memory, so that a
 /// physical address handed to the device as a DMA address finds no memory
 /// (netdevsim drops the packet, `drop_dma`) and every data test fails.
+/// scripts/guest-lib.sh and scripts/guest-tree-tests.sh use the same value.
 pub const NSIM_DMA_OFFSET: u64 = 0x1000_0000_0000;
 
+/// The linked pair.
 pub struct Nsim {
     /// Receiver netdev (in `nsa`).
     pub a: String,
