@@ -159,7 +159,7 @@ sysctl -qw net.ipv4.tcp_rmem="4096 131072 1048576"
 hwp=0 hwf=0
 for t in "${HW[@]}"; do
 	unload >/dev/null 2>&1
-	# DMA addresses 16 TiB above the physical ones (patch 47): io_uring
+	# DMA addresses 16 TiB above the physical ones (patch 48): io_uring
 	# zcrx and devmem must hand the device what they mapped for it
 	insmod "$OURS" dma_offset=0x100000000000 || { echo "tree-tests: insmod $OURS failed" >&2; exit 1; }
 	f=$LOG/hw-$(echo "$t" | tr / _).log

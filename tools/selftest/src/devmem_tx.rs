@@ -363,7 +363,7 @@ fn expected(pieces: &[Piece]) -> Vec<u8> {
 }
 
 /// netdevsim's count of TX skbs whose frags it could not read (series
-/// patch 44), on the sender's device.
+/// patch 45), on the sender's device.
 fn tx_unreadable_refused() -> Result<u64, String> {
     let p = "/sys/kernel/debug/netdevsim/netdevsim2/ports/0/tx_unreadable_refused";
     std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?.trim().parse().map_err(|e| format!("{p}: {e}"))
