@@ -875,16 +875,17 @@ fn phys_of(pagemap: &fs::File, va: u64) -> Result<u64, String> {
     Ok(pfn * ps + va % ps)
 }
 
-/// Every zero-copy record points at bytes the device wrote: with
-/// netdevsim logging each header-split write (queue, DMA address, length)
-/// and its DMA addresses at `NSIM_DMA_OFFSET` above the physical ones, a
-/// 4 MiB stream received with RECV is checked record by record: the
-/// record's bytes in the area, at their physical address (from
-/// `/proc/self/pagemap`) plus the offset, lie inside one write netdevsim
-/// logged on the bound queue. All records are zero-copy, the log lost
-/// nothing, and the logged bytes equal netdevsim's own `dma_bytes`.
-/// Byte checks alone would pass a provider that handed out a stale buffer
-/// with the right contents, or one of another queue.
+/// Every zero-copy record points at bytes the device wrote for it: with
+/// netdevsim logging each delivered header-split write (queue, DMA address,
+/// length) and its DMA addresses at `NSIM_DMA_OFFSET` above the physical
+/// ones, a 4 MiB stream received with RECV is checked record by record.
+/// Each record's bytes, at their physical address (`/proc/self/pagemap`)
+/// plus the offset, must lie in a write of their buffer that no earlier
+/// record used up: the writes of each buffer are taken in the order
+/// netdevsim made them, so a buffer handed out twice for one write (a
+/// stale buffer with the right bytes, which byte checks pass) fails. All
+/// records are zero-copy, the log lost nothing, and the logged bytes
+/// equal netdevsim's own `dma_bytes`.
 fn records_point_at_device_writes(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
@@ -942,8 +943,21 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
     let sent = net::flow_sender(addr_a(false, port), bytes, 0x5eed, 0);
     let s = join(sent);
     let r = join(rx);
-    let after = tryo!(n.stats(1, 0));
-    let log = dma_log();
+    // stats, log, stats again: equal stats mean the log is of the same
+    // moment (a late retransmission would be in one and not the other)
+    let (after, log) = {
+        let mut tries = 0;
+        loop {
+            let a = tryo!(n.stats(1, 0));
+            let log = dma_log();
+            let b = tryo!(n.stats(1, 0));
+            tries += 1;
+            if a.dma_bytes == b.dma_bytes || tries == 20 {
+                break (b, log);
+            }
+            sleep(Duration::from_millis(100));
+        }
+    };
     let _ = fs::write(log_path, "0");
     tryo!(s);
     let (got, copied, nrecs, pieces) = tryo!(r);
@@ -963,14 +977,38 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
             d.dma_bytes
         ));
     }
-    // writes by start address; a piece must lie inside the last write that
-    // starts at or before it
-    let writes: std::collections::BTreeMap<u64, u32> = log.iter().map(|e| (e.1, e.2)).collect();
+    // The writes of each buffer (its start address) in log order. A piece
+    // belongs to the buffer that starts at or before it (writes go to
+    // whole buffers, which do not overlap); it is matched to the buffer's
+    // current write if it comes after what that write already gave out,
+    // else to the next write long enough: one write's bytes are not handed
+    // out twice, and writes nobody received (duplicates TCP dropped) are
+    // passed over.
+    let mut writes = std::collections::BTreeMap::<u64, (Vec<u32>, Option<usize>, u64)>::new();
+    for e in &log {
+        writes.entry(e.1).or_default().0.push(e.2);
+    }
     for (i, &(dma, len)) in pieces.iter().enumerate() {
-        let inside = writes.range(..=dma).next_back().is_some_and(|(&w, &wl)| dma + u64::from(len) <= w + u64::from(wl));
-        if !inside {
-            return Fail(format!("record piece {i} (DMA {dma:#x}, {len} B) is in no write netdevsim logged"));
+        let end = dma + u64::from(len);
+        let Some((&start, (lens, cur, used))) = writes.range_mut(..=dma).next_back() else {
+            return Fail(format!("record piece {i} (DMA {dma:#x}, {len} B) is below every write netdevsim logged"));
+        };
+        let fits = |w: usize| end <= start + u64::from(lens[w]);
+        match *cur {
+            Some(w) if dma >= *used && fits(w) => {}
+            _ => {
+                let from = cur.map_or(0, |w| w + 1);
+                let Some(w) = (from..lens.len()).find(|&w| fits(w)) else {
+                    return Fail(format!(
+                        "record piece {i} (DMA {dma:#x}, {len} B): buffer {start:#x} has no write left for it \
+                         ({} writes: {lens:?}; the last one matched: {cur:?})",
+                        lens.len()
+                    ));
+                };
+                *cur = Some(w);
+            }
         }
+        *used = end;
     }
     env.diag(&format!(
         "{got} bytes in {nrecs} records, all zero-copy; {} pieces matched to {} device writes ({logged} B logged = netdevsim dma_bytes)",
