@@ -155,6 +155,15 @@ fn check(got: &[u8], what: &str) -> Result<(), String> {
     }
 }
 
+/// Everything the next connection on `l` sends, to its end.
+fn read_one(l: &TcpListener) -> Result<Vec<u8>, String> {
+    let mut s = accept_within(l, Duration::from_secs(60))?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
+    Ok(got)
+}
+
 /// Connects from `nsb` without a key, retrying while the listener comes up.
 fn plain_connect(to: SocketAddr) -> Result<TcpStream, String> {
     net::connect(to, Duration::from_secs(60))
@@ -165,11 +174,7 @@ fn plain_connect(to: SocketAddr) -> Result<TcpStream, String> {
 fn control(b_idx: u32, port: u16) -> Result<String, String> {
     let rx = net::in_netns(NS_A, move || {
         let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
-        let mut s = accept_within(&l, Duration::from_secs(60))?;
-        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
-        Ok(got)
+        read_one(&l)
     });
     let tx = net::in_netns(NS_B, move || {
         let (b, _d, _m) = tx_dmabuf(b_idx)?;
@@ -197,11 +202,7 @@ fn control(b_idx: u32, port: u16) -> Result<String, String> {
 fn refused(sig: Sig, b_idx: u32, port: u16) -> Result<String, String> {
     let rx = net::in_netns(NS_A, move || {
         let l = listener(sig, port)?;
-        let mut s = accept_within(&l, Duration::from_secs(60))?;
-        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
-        Ok(got)
+        read_one(&l)
     });
     let tx = net::in_netns(NS_B, move || {
         let (b, _d, _m) = tx_dmabuf(b_idx)?;
@@ -400,11 +401,7 @@ fn devmem_tx_mtu_probe(env: &Env) -> Outcome {
     let refused0 = tryo!(tx_unreadable_refused());
     let rx = net::in_netns(NS_A, move || {
         let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
-        let mut s = accept_within(&l, Duration::from_secs(60))?;
-        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
-        Ok(got)
+        read_one(&l)
     });
     let tx = net::in_netns(NS_B, move || {
         std::fs::write("/proc/sys/net/ipv4/tcp_mtu_probing", "2").map_err(|e| format!("tcp_mtu_probing: {e}"))?;

@@ -70,10 +70,7 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(4));
     tryo!(n.hds(true));
-    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
-        return Fail("ZCRX_CACHE not set (run in the VM)".into());
-    };
-    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let ethtool = tryo!(net::ethtool());
     let dev = n.a.clone();
     tryo!(join(in_netns(NS_A, move || net::run(&ethtool, &["-X", &dev, "equal", "4"], "").map(|_| ()))));
 

@@ -300,6 +300,13 @@ impl Drop for Nsim {
     }
 }
 
+/// The ethtool the toolchain fetched (bookworm's 6.1 cannot create RSS
+/// contexts or set header split by netlink; the newer one can).
+pub fn ethtool() -> Result<String, String> {
+    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+    Ok(format!("{cache}/ethtool/root/usr/sbin/ethtool"))
+}
+
 /// Address of the receiver.
 pub fn addr_a(v6: bool, port: u16) -> SocketAddr {
     let ip: IpAddr = if v6 { "2001:db8::1".parse().unwrap() } else { "192.0.2.1".parse().unwrap() };

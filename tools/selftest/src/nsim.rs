@@ -421,10 +421,7 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     tryo!(Nsim::copybreak(1, 256));
-    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
-        return Fail("ZCRX_CACHE not set (run in the VM)".into());
-    };
-    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let ethtool = tryo!(net::ethtool());
     let b_dev = n.b.clone();
     tryo!(join(in_netns(NS_B, move || net::run(&ethtool, &["-K", &b_dev, "tso", "off", "gso", "off"], "").map(|_| ()))));
     let a_dev = n.a.clone();
@@ -682,12 +679,7 @@ fn checksum_checked_padding_not_dmad(env: &Env) -> Outcome {
 /// queue wrapped around and the flows went silently to queue 0).
 fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(4));
-    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
-        return Fail("ZCRX_CACHE not set (run in the VM)".into());
-    };
-    // bookworm's ethtool 6.1 cannot create RSS contexts by netlink; the
-    // toolchain's newer one can
-    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let ethtool = tryo!(net::ethtool());
     let dev = n.a.clone();
     let r = join(in_netns(NS_A, move || -> Result<String, String> {
         let et = |args: &[&str]| net::run(&ethtool, args, "");
@@ -765,10 +757,7 @@ fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(4));
     tryo!(n.hds(true));
-    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
-        return Fail("ZCRX_CACHE not set (run in the VM)".into());
-    };
-    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let ethtool = tryo!(net::ethtool());
     let et = move |args: Vec<String>| {
         let ethtool = ethtool.clone();
         join(in_netns(NS_A, move || net::run(&ethtool, &args.iter().map(String::as_str).collect::<Vec<_>>(), "")))

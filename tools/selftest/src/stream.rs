@@ -171,10 +171,7 @@ fn tiny_area_backpressure(env: &Env) -> Outcome {
     // none arrives while the pool is dry: the segment that fills the hole
     // was dropped again at every retransmission (seen under a loaded host:
     // stalls of 30 s and more).
-    let Ok(cache) = std::env::var("ZCRX_CACHE") else {
-        return Fail("ZCRX_CACHE not set (run in the VM)".into());
-    };
-    let ethtool = format!("{cache}/ethtool/root/usr/sbin/ethtool");
+    let ethtool = tryo!(net::ethtool());
     let dev = n.a.clone();
     tryo!(join(net::in_netns(net::NS_A, move || net::run(&ethtool, &["-K", &dev, "gro", "off"], "").map(|_| ()))));
     let rcvbuf = (area / 4) as i32;
