@@ -133,18 +133,7 @@ fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_in
 /// Resets instead of lingering: a socket whose queued dma-buf data can
 /// no longer be sent must not outlive the test with the binding's pages.
 fn close_now(s: TcpStream) -> Result<(), String> {
-    let l = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: setsockopt reads a linger from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&l as *const libc::linger).cast(),
-            std::mem::size_of_val(&l) as libc::socklen_t,
-        )
-    };
-    zcrx::sys::cvt(r.into()).map(|_| ()).map_err(|e| format!("SO_LINGER: {e}"))
+    zcrx::sys::set_linger_abort(&s).map_err(|e| format!("SO_LINGER: {e}"))
 }
 
 /// Checks `got` against the dma-buf's bytes from offset 0.
