@@ -23,6 +23,7 @@ mod bigbuf;
 mod clients;
 mod common;
 mod copyonly;
+mod devlog;
 mod devmem_tx;
 mod dmabuf;
 mod edges;

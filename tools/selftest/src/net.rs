@@ -481,6 +481,7 @@ pub fn receive_flags(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, 
                 rx.copy_bytes += u64::from(r.len);
             } else {
                 rx.zc_bytes += u64::from(r.len);
+                crate::devlog::note(data)?;
                 let bufs = (r.off + u64::from(r.len).max(1) - 1) / bs - r.off / bs + 1;
                 rx.zc_bufs += bufs;
                 rx.merged += u64::from(bufs > 1);

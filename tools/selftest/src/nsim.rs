@@ -18,6 +18,7 @@ use zcrx::uapi::ZCRX_RS_REC_COPY;
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{self, addr_a, in_netns, join, receive_from, sender, with_receiver, with_receiver_rcvbuf, Nsim, DONTWAIT, NS_A, NS_B};
 use crate::pkt;
 use crate::{Env, TestFn};
@@ -824,46 +825,6 @@ fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     Pass
 }
 
-/// One header-split write netdevsim logged: `(queue, DMA address, length)`.
-type DmaWrite = (u32, u64, u32);
-
-/// netdevsim's header-split writes (`hds_dma_log`, series patch 49) of
-/// device 1, and how many found the log full.
-fn dma_log() -> Result<(Vec<DmaWrite>, u64), String> {
-    let p = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
-    let t = fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
-    let mut v = Vec::new();
-    let mut lost = None;
-    for l in t.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["queue", q, "dma", d, "len", n] => v.push((
-                q.parse().map_err(|_| format!("{p}: {l:?}"))?,
-                u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| format!("{p}: {l:?}"))?,
-                n.parse().map_err(|_| format!("{p}: {l:?}"))?,
-            )),
-            ["lost", n] => lost = Some(n.parse().map_err(|_| format!("{p}: {l:?}"))?),
-            _ => return Err(format!("{p}: unexpected line {l:?}")),
-        }
-    }
-    Ok((v, lost.ok_or(format!("{p}: no lost line"))?))
-}
-
-/// The physical address of `va` in this process (`/proc/self/pagemap`,
-/// root only), or an error for a page not present.
-fn phys_of(pagemap: &fs::File, va: u64) -> Result<u64, String> {
-    use std::os::unix::fs::FileExt;
-    let ps = zcrx::dev::page_size() as u64;
-    let mut e = [0u8; 8];
-    pagemap.read_exact_at(&mut e, va / ps * 8).map_err(|e| format!("pagemap: {e}"))?;
-    let e = u64::from_ne_bytes(e);
-    let pfn = e & ((1 << 55) - 1);
-    if e >> 63 == 0 || pfn == 0 {
-        return Err(format!("pagemap: page of {va:#x} not present (entry {e:#x})"));
-    }
-    Ok(pfn * ps + va % ps)
-}
-
 /// Every zero-copy record points at bytes the device wrote for it: with
 /// netdevsim logging each delivered header-split write (queue, DMA address,
 /// length) and its DMA addresses at `NSIM_DMA_OFFSET` above the physical
@@ -879,8 +840,7 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    let log_path = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
-    tryo!(fs::write(log_path, "65536").map_err(|e| format!("{log_path}: {e}")));
+    let log = tryo!(DmaLog::start());
     let bytes: u64 = 4 << 20;
     let port = 7351;
     let before = tryo!(n.stats(1, 0));
@@ -888,122 +848,20 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
         let s = crate::tunnel::accept_within(&l, Duration::from_secs(60))?;
         s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
         let peer = s.peer_addr().map_err(|e| format!("peer address: {e}"))?;
-        let pat = Pattern::new(net::flow_seed(0x5eed, peer.port()));
-        let pagemap = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-        let mut recs = vec![Rec::default(); 128];
-        // (DMA address, length) of each zero-copy record's page pieces
-        let mut pieces: Vec<(u64, u32)> = Vec::new();
-        let (mut got, mut copied, mut nrecs) = (0u64, 0u64, 0u64);
-        let t0 = Instant::now();
-        while got < bytes {
-            if t0.elapsed() > Duration::from_secs(300) {
-                return Err(format!("received {got} of {bytes} bytes in 300 s"));
-            }
-            let r = z.recv(s.as_raw_fd(), &mut recs, 0).map_err(|e| format!("recv after {got}: {e}"))?;
-            if r.bytes == 0 {
-                break;
-            }
-            for rec in &recs[..r.records] {
-                let data = z.data(rec);
-                if let Some(bad) = pat.check(got, data) {
-                    return Err(format!("payload mismatch at stream offset {bad}"));
-                }
-                got += u64::from(rec.len);
-                nrecs += 1;
-                if rec.flags & ZCRX_RS_REC_COPY != 0 {
-                    copied += u64::from(rec.len);
-                    continue;
-                }
-                // split at page boundaries: pages need not be contiguous
-                let ps = zcrx::dev::page_size() as u64;
-                let mut va = data.as_ptr() as u64;
-                let mut left = u64::from(rec.len);
-                while left > 0 {
-                    let chunk = left.min(ps - va % ps);
-                    pieces.push((phys_of(&pagemap, va)? + net::NSIM_DMA_OFFSET, chunk as u32));
-                    va += chunk;
-                    left -= chunk;
-                }
-            }
-            z.refill(&recs[..r.records]).map_err(|e| format!("refill: {e}"))?;
-        }
-        Ok((got, copied, nrecs, pieces))
+        // net::receive notes each zero-copy record for the device check
+        net::receive(z, &s, &Pattern::new(net::flow_seed(0x5eed, peer.port())), None)
     });
     let sent = net::flow_sender(addr_a(false, port), bytes, 0x5eed, 0);
     let s = join(sent);
     let r = join(rx);
-    // stats, log, stats again: equal stats mean the log is of the same
-    // moment (a late retransmission would be in one and not the other)
-    let (after, log) = {
-        let mut tries = 0;
-        loop {
-            let a = tryo!(n.stats(1, 0));
-            let log = dma_log();
-            let b = tryo!(n.stats(1, 0));
-            tries += 1;
-            if a.dma_bytes == b.dma_bytes || tries == 20 {
-                break (b, log);
-            }
-            sleep(Duration::from_millis(100));
-        }
-    };
-    let _ = fs::write(log_path, "0");
     tryo!(s);
-    let (got, copied, nrecs, pieces) = tryo!(r);
-    let (log, lost) = tryo!(log);
-    let d = after.since(&before);
-    if got != bytes || copied != 0 {
-        return Fail(format!("{got} of {bytes} bytes, {copied} copied: all must come zero-copy"));
+    let rx = tryo!(r);
+    if rx.bytes != bytes || rx.copy_bytes != 0 {
+        return Fail(format!("{} of {bytes} bytes, {} copied: all must come zero-copy", rx.bytes, rx.copy_bytes));
     }
-    if lost != 0 {
-        return Fail(format!("the DMA log lost {lost} writes: the check would be incomplete"));
-    }
-    let logged: u64 = log.iter().filter(|e| e.0 == 0).map(|e| u64::from(e.2)).sum();
-    if log.iter().any(|e| e.0 != 0) || logged != d.dma_bytes {
-        return Fail(format!(
-            "the log has {logged} bytes on queue 0 (and {} writes elsewhere), netdevsim counted {}",
-            log.iter().filter(|e| e.0 != 0).count(),
-            d.dma_bytes
-        ));
-    }
-    // The writes of each buffer (its start address) in log order. A piece
-    // belongs to the buffer that starts at or before it (writes go to
-    // whole buffers, which do not overlap); it is matched to the buffer's
-    // current write if it comes after what that write already gave out,
-    // else to the next write long enough: one write's bytes are not handed
-    // out twice, and writes nobody received (duplicates TCP dropped) are
-    // passed over.
-    let mut writes = std::collections::BTreeMap::<u64, (Vec<u32>, Option<usize>, u64)>::new();
-    for e in &log {
-        writes.entry(e.1).or_default().0.push(e.2);
-    }
-    for (i, &(dma, len)) in pieces.iter().enumerate() {
-        let end = dma + u64::from(len);
-        let Some((&start, (lens, cur, used))) = writes.range_mut(..=dma).next_back() else {
-            return Fail(format!("record piece {i} (DMA {dma:#x}, {len} B) is below every write netdevsim logged"));
-        };
-        let fits = |w: usize| end <= start + u64::from(lens[w]);
-        match *cur {
-            Some(w) if dma >= *used && fits(w) => {}
-            _ => {
-                let from = cur.map_or(0, |w| w + 1);
-                let Some(w) = (from..lens.len()).find(|&w| fits(w)) else {
-                    return Fail(format!(
-                        "record piece {i} (DMA {dma:#x}, {len} B): buffer {start:#x} has no write left for it \
-                         ({} writes: {lens:?}; the last one matched: {cur:?})",
-                        lens.len()
-                    ));
-                };
-                *cur = Some(w);
-            }
-        }
-        *used = end;
-    }
-    env.diag(&format!(
-        "{got} bytes in {nrecs} records, all zero-copy; {} pieces matched to {} device writes ({logged} B logged = netdevsim dma_bytes)",
-        pieces.len(),
-        log.len()
-    ));
+    let line = tryo!(log.check(&n, 0, &before, rx.zc_bytes));
+    env.diag(&format!("{} bytes in {} records, all zero-copy; {line}", rx.bytes, rx.records));
+    drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

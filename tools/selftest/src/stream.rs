@@ -15,6 +15,7 @@ use zcrx::uapi::{ZCRX_RS_FEATURE_MERGE, ZCRX_RS_RECV_MERGE};
 use zcrx::{Pattern, Rec};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::devlog::{self, DmaLog};
 use crate::net::{self, addr_a, join, receive, receive_flags, sender, with_receiver, with_receiver_rcvbuf, Nsim, Rx, DONTWAIT};
 use crate::{Env, TestFn};
 
@@ -126,15 +127,40 @@ fn check_zc(k: &str, rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats) 
     Ok(())
 }
 
+/// Starts netdevsim's DMA log for a stream of `bytes` when the log can
+/// hold its writes (one per segment at worst: 1448 bytes), and says so
+/// either way: the device check must not be skipped in silence.
+fn device_log(env: &Env, bytes: u64) -> Result<Option<DmaLog>, String> {
+    if bytes > devlog::CAPACITY * 1024 {
+        env.diag(&format!(
+            "device check not run: {} may take more writes than netdevsim's DMA log holds ({})",
+            mib(bytes),
+            devlog::CAPACITY
+        ));
+        return Ok(None);
+    }
+    DmaLog::start().map(Some)
+}
+
+/// The device check of a stream on queue 0 (see [`devlog`]), when its
+/// log ran.
+fn device_check(env: &Env, log: Option<DmaLog>, n: &Nsim, before: &net::HdsStats, rx: &Rx) -> Result<(), String> {
+    let Some(log) = log else { return Ok(()) };
+    env.diag(&log.check(n, 0, before, rx.zc_bytes)?);
+    Ok(())
+}
+
 fn stream_test(env: &Env, bytes: u64, area: usize, v6: bool, port: u16) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
+    let log = tryo!(device_log(env, bytes));
     let t0 = Instant::now();
     let (rx, b, a, st) = tryo!(one_stream(&n, bytes, area, 0, 0, v6, port, port as u64));
     let d = delta(b, a);
     env.diag(&report(&rx, &st, d, t0.elapsed().as_secs_f64()));
     tryo!(check_zc("stream", &rx, &st, d));
+    tryo!(device_check(env, log, &n, &b, &rx));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -409,6 +435,7 @@ fn merged_records_stream(env: &Env) -> Outcome {
     let port = 7011;
     let pat = Arc::new(Pattern::new(11));
     let p2 = pat.clone();
+    let log = tryo!(device_log(env, bytes));
     let before = tryo!(n.stats(1, 0));
     let t0 = Instant::now();
     let rx = with_receiver(n.a_idx, 0, 16 << 20, port, true, move |z, l| {
@@ -438,6 +465,7 @@ fn merged_records_stream(env: &Env) -> Outcome {
         rx.zc_bufs as f64 / (rx.records - st.copy_records).max(1) as f64
     ));
     tryo!(check_zc("merged stream", &rx, &st, d));
+    tryo!(device_check(env, log, &n, &before, &rx));
     // Merging happened: fewer records than buffers.
     if rx.merged == 0 || rx.records >= rx.zc_bufs {
         return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: GPL-2.0
+// Copyright (C) 2026 The zcrx-rs developers.
+
+//! Zero-copy asserted from the device: netdevsim logs each header-split
+//! write it delivers (`hds_dma_log`, series patch 49: queue, DMA address,
+//! length), and its DMA addresses are the physical ones plus
+//! [`net::NSIM_DMA_OFFSET`] (patch 48). While a [`DmaLog`] is active,
+//! [`net::receive`] and the receivers built on it note where each
+//! zero-copy record's bytes are (`/proc/self/pagemap`, root only), and
+//! [`DmaLog::check`] matches every such piece to a write netdevsim made:
+//! a record that points at memory the device never wrote for it (bytes the
+//! module copied and called zero-copy, a stale or misrouted buffer with
+//! the right bytes) fails, whatever the module's own flags and counters
+//! say.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::sleep;
+use std::time::Duration;
+
+use crate::net::{self, HdsStats, Nsim};
+
+const LOG: &str = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
+/// What patch 49 lets the log hold.
+pub const CAPACITY: u64 = 65536;
+
+/// Set while a [`DmaLog`] is active: receivers then collect pieces.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The pieces receivers noted, in the order they received them (one lock:
+/// a buffer goes back to the device only after its receiver noted it, so
+/// the pieces of one buffer are in the order of its writes whatever the
+/// number of receivers).
+static PIECES: Mutex<Vec<Piece>> = Mutex::new(Vec::new());
+static PAGEMAP: OnceLock<Result<fs::File, String>> = OnceLock::new();
+
+/// Called by receivers for each zero-copy record's bytes: notes where they
+/// are while a [`DmaLog`] is active, does nothing otherwise.
+pub fn note(data: &[u8]) -> Result<(), String> {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let pm = PAGEMAP
+        .get_or_init(|| fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}")))
+        .as_ref()
+        .map_err(Clone::clone)?;
+    let mut v = PIECES.lock().unwrap_or_else(|e| e.into_inner());
+    pieces_of(pm, data, &mut v)
+}
+
+/// One header-split write netdevsim logged: `(queue, DMA address, length)`.
+pub type DmaWrite = (u32, u64, u32);
+
+/// `(DMA address, length)` of a piece of a zero-copy record, split at page
+/// boundaries (an area's pages need not be contiguous).
+pub type Piece = (u64, u32);
+
+/// netdevsim 1's DMA log, started empty; stopped (and emptied) on drop.
+pub struct DmaLog(());
+
+impl DmaLog {
+    /// Starts the log of netdevsim 1 (the receiving device of [`Nsim`]).
+    pub fn start() -> Result<DmaLog, String> {
+        fs::write(LOG, CAPACITY.to_string()).map_err(|e| format!("{LOG}: {e}"))?;
+        PIECES.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        ACTIVE.store(true, Ordering::Relaxed);
+        Ok(DmaLog(()))
+    }
+
+    /// The writes logged so far, and how many found the log full.
+    pub fn read(&self) -> Result<(Vec<DmaWrite>, u64), String> {
+        let t = fs::read_to_string(LOG).map_err(|e| format!("{LOG}: {e}"))?;
+        let mut v = Vec::new();
+        let mut lost = None;
+        for l in t.lines() {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["queue", q, "dma", d, "len", n] => v.push((
+                    q.parse().map_err(|_| format!("{LOG}: {l:?}"))?,
+                    u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| format!("{LOG}: {l:?}"))?,
+                    n.parse().map_err(|_| format!("{LOG}: {l:?}"))?,
+                )),
+                ["lost", n] => lost = Some(n.parse().map_err(|_| format!("{LOG}: {l:?}"))?),
+                _ => return Err(format!("{LOG}: unexpected line {l:?}")),
+            }
+        }
+        Ok((v, lost.ok_or(format!("{LOG}: no lost line"))?))
+    }
+
+    /// Checks the zero-copy records the receivers on queue `q` got since
+    /// [`DmaLog::start`] (their pieces, [`note`]) against the log: the log
+    /// lost nothing, its bytes on `q` equal netdevsim's `dma_bytes` since
+    /// `before`, nothing was written on another queue, and every piece
+    /// lies in a write of its buffer (see [`match_pieces`]). `zc_bytes`:
+    /// what the receivers counted as zero-copy, which the pieces must add
+    /// up to. Returns a line for the test's diagnostics.
+    pub fn check(&self, n: &Nsim, q: u32, before: &HdsStats, zc_bytes: u64) -> Result<String, String> {
+        let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
+        let noted: u64 = pieces.iter().map(|p| u64::from(p.1)).sum();
+        if noted != zc_bytes {
+            return Err(format!("receivers noted {noted} zero-copy bytes for the device check, counted {zc_bytes}"));
+        }
+        // stats, log, stats again: equal stats mean the log is of the
+        // same moment (a late retransmission would be in one and not the
+        // other)
+        let mut tries = 0;
+        let (after, log) = loop {
+            let a = n.stats(1, q)?;
+            let log = self.read();
+            let b = n.stats(1, q)?;
+            tries += 1;
+            if a.dma_bytes == b.dma_bytes || tries == 20 {
+                break (b, log?);
+            }
+            sleep(Duration::from_millis(100));
+        };
+        let (log, lost) = log;
+        let d = after.since(before);
+        if lost != 0 {
+            return Err(format!("the DMA log lost {lost} writes: the device check would be incomplete"));
+        }
+        let logged: u64 = log.iter().filter(|e| e.0 == q).map(|e| u64::from(e.2)).sum();
+        let elsewhere = log.iter().filter(|e| e.0 != q).count();
+        if elsewhere != 0 || logged != d.dma_bytes {
+            return Err(format!(
+                "the DMA log has {logged} bytes on queue {q} (and {elsewhere} writes elsewhere), netdevsim counted {}",
+                d.dma_bytes
+            ));
+        }
+        match_pieces(&pieces, &log)?;
+        Ok(format!(
+            "device check: {} zero-copy pieces matched to {} netdevsim writes ({logged} B logged = its dma_bytes)",
+            pieces.len(),
+            log.len()
+        ))
+    }
+}
+
+impl Drop for DmaLog {
+    fn drop(&mut self) {
+        ACTIVE.store(false, Ordering::Relaxed);
+        let _ = fs::write(LOG, "0");
+    }
+}
+
+/// The pieces of `data` (a zero-copy record's bytes in this process),
+/// appended to `out`.
+fn pieces_of(pagemap: &fs::File, data: &[u8], out: &mut Vec<Piece>) -> Result<(), String> {
+    let ps = zcrx::dev::page_size() as u64;
+    let mut va = data.as_ptr() as u64;
+    let mut left = data.len() as u64;
+    while left > 0 {
+        let chunk = left.min(ps - va % ps);
+        out.push((phys_of(pagemap, va)? + net::NSIM_DMA_OFFSET, chunk as u32));
+        va += chunk;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// The physical address of `va` in this process, or an error for a page
+/// not present.
+fn phys_of(pagemap: &fs::File, va: u64) -> Result<u64, String> {
+    let ps = zcrx::dev::page_size() as u64;
+    let mut e = [0u8; 8];
+    pagemap.read_exact_at(&mut e, va / ps * 8).map_err(|e| format!("pagemap: {e}"))?;
+    let e = u64::from_ne_bytes(e);
+    let pfn = e & ((1 << 55) - 1);
+    if e >> 63 == 0 || pfn == 0 {
+        return Err(format!("pagemap: page of {va:#x} not present (entry {e:#x})"));
+    }
+    Ok(pfn * ps + va % ps)
+}
+
+/// Matches each piece, in the order received, to a logged write. The
+/// writes of each buffer (its start address) are taken in log order. A
+/// piece belongs to the buffer that starts at or before it (writes go to
+/// whole buffers, which do not overlap); it is matched to the buffer's
+/// current write if it comes after what that write already gave out, else
+/// to the next write long enough: one write's bytes are not handed out
+/// twice (a buffer handed out twice for one write, a stale buffer with the
+/// right bytes, fails), and writes nobody received (duplicates TCP
+/// dropped) are passed over.
+fn match_pieces(pieces: &[Piece], log: &[DmaWrite]) -> Result<(), String> {
+    let mut writes = BTreeMap::<u64, (Vec<u32>, Option<usize>, u64)>::new();
+    for e in log {
+        writes.entry(e.1).or_default().0.push(e.2);
+    }
+    for (i, &(dma, len)) in pieces.iter().enumerate() {
+        let end = dma + u64::from(len);
+        let Some((&start, (lens, cur, used))) = writes.range_mut(..=dma).next_back() else {
+            return Err(format!("record piece {i} (DMA {dma:#x}, {len} B) is below every write netdevsim logged"));
+        };
+        let fits = |w: usize| end <= start + u64::from(lens[w]);
+        match *cur {
+            Some(w) if dma >= *used && fits(w) => {}
+            _ => {
+                let from = cur.map_or(0, |w| w + 1);
+                let Some(w) = (from..lens.len()).find(|&w| fits(w)) else {
+                    return Err(format!(
+                        "record piece {i} (DMA {dma:#x}, {len} B): buffer {start:#x} has no write left for it \
+                         ({} writes: {lens:?}; the last one matched: {cur:?})",
+                        lens.len()
+                    ));
+                };
+                *cur = Some(w);
+            }
+        }
+        *used = end;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::match_pieces;
+
+    // Two 4 KiB buffers at 0x1000 and 0x2000; buffer 0x1000 written twice.
+    const LOG: [super::DmaWrite; 3] = [(0, 0x1000, 4096), (0, 0x2000, 1000), (0, 0x1000, 2000)];
+
+    #[test]
+    fn pieces_in_writes_match() {
+        // each write handed out once, in order, a write in two pieces
+        let pieces = [(0x1000, 2048), (0x1800, 2048), (0x2000, 1000), (0x1000, 2000)];
+        assert_eq!(match_pieces(&pieces, &LOG), Ok(()));
+        // a write nobody received (a duplicate TCP dropped) is passed over
+        assert_eq!(match_pieces(&[(0x1000, 2000)], &LOG), Ok(()));
+    }
+
+    #[test]
+    fn memory_the_device_did_not_write_fails() {
+        // below every write (a copy buffer elsewhere in the area)
+        assert!(match_pieces(&[(0x800, 100)], &LOG).is_err());
+        // past the end of what was written into the buffer
+        assert!(match_pieces(&[(0x2000, 1001)], &LOG).is_err());
+    }
+
+    #[test]
+    fn one_write_handed_out_twice_fails() {
+        // buffer 0x2000 has one write: a second record for it is stale
+        assert!(match_pieces(&[(0x2000, 1000), (0x2000, 1000)], &LOG).is_err());
+        // buffer 0x1000: two writes, three records of its start
+        assert!(match_pieces(&[(0x1000, 100), (0x1000, 100), (0x1000, 100)], &LOG).is_err());
+    }
+}
