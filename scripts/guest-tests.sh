@@ -18,10 +18,13 @@ rc=0
 # (kunit.enable=1 kunit.autorun=1) and leave their KTAP in debugfs until the
 # module goes. Flatten them into one KTAP document, one line per case (a
 # case's "# SKIP" kept, so that it counts as a skip), and fail a suite
-# whose cases did not all run. POSIX awk only: the guest has mawk (no
-# ENDFILE), so a suite is closed when the next file begins and at the end.
+# whose cases did not all run, and every case that rust/ declares (a
+# `#[test]` in a `#[kunit_tests(...)]` module) and that did not run (a
+# kunit.filter_glob, a case compiled out: the suite's own plan would not
+# show it). POSIX awk only: the guest has mawk (no ENDFILE), so a suite is
+# closed when the next file begins and at the end.
 kunit_ktap() {
-	awk '
+	awk -v want="$(kunit_source_cases)" '
 	function close_suite() {
 		if (suite != "" && (plan < 0 || ran != plan)) {
 			res[++n] = "not ok " n " kunit." suite " (ran " ran " of " plan " cases)"
@@ -40,11 +43,17 @@ kunit_ktap() {
 		skip = ""
 		if (match($0, /# SKIP.*/)) skip = " " substr($0, RSTART, RLENGTH)
 		res[++n] = (notok ? "not ok " : "ok ") n " kunit." suite "." name skip
+		seen[suite "." name] = 1
 		if (notok) failed = 1
 	}
 	/^    # / && !/\.speed: / && !/# speed: / { res[++n] = ""; n--; diag[n] = diag[n] "\n# " substr($0, 7) }
 	END {
 		close_suite()
+		nw = split(want, w, " ")
+		for (i = 1; i <= nw; i++) if (!(w[i] in seen)) {
+			res[++n] = "not ok " n " kunit." w[i] " (declared in rust/, did not run)"
+			failed = 1
+		}
 		print "TAP version 13"; print "1.." n
 		for (i = 1; i <= n; i++) {
 			if (diag[i - 1] != "" && i > 0) printf "%s\n", substr(diag[i - 1], 2)
@@ -56,6 +65,18 @@ kunit_ktap() {
 		printf "# Totals: pass:%d fail:%d xfail:0 xpass:0 skip:%d error:0\n", np, nf, ns
 		exit failed
 	}' "$@"
+}
+
+# SUITE.CASE of every KUnit case the module's source declares: the fn after
+# each #[test] in a file with #[kunit_tests(SUITE)] (one suite per file).
+kunit_source_cases() {
+	local f
+	grep -rl 'kunit_tests(zcrx_rs_' "$TOP/rust" | sort | while read -r f; do
+		awk '
+		match($0, /kunit_tests\(zcrx_rs_[a-z0-9_]+\)/) { suite = substr($0, RSTART + 12, RLENGTH - 13) }
+		/^[ \t]*#\[test\]/ { t = 1; next }
+		t && match($0, /fn [a-z0-9_]+/) { printf "%s.%s ", suite, substr($0, RSTART + 3, RLENGTH - 3); t = 0 }' "$f"
+	done
 }
 
 # Every suite the module's source declares must have run.
