@@ -727,25 +727,65 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
 /// The device's queue statistics totals (`qstats-get` of the netdev
 /// family, read with the kernel tree's YNL library) of `ifindex` in `NS_A`:
 /// `rx-csum-bad rx-hw-drops rx-alloc-fail` on one line.
+/// The tree's YNL (`tools/net/ynl/pyynl`) answering `qstats-get` for one
+/// device: one line of totals (rx-csum-bad, rx-hw-drops, rx-alloc-fail)
+/// for each line read. One process for the whole test: a Python start
+/// with the spec takes half a minute on the debug kernel.
 const QSTATS: &str = r#"
 import sys
 ksrc, ifindex = sys.argv[1], int(sys.argv[2])
 sys.path.append(ksrc + '/tools/net/ynl/pyynl')
 from lib import YnlFamily
 ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml')
-t = [0, 0, 0]
-for q in ynl.dump('qstats-get', {'ifindex': ifindex}):
-    for i, k in enumerate(('rx-csum-bad', 'rx-hw-drops', 'rx-alloc-fail')):
-        t[i] += q.get(k, 0)
-print(*t)
+for _ in sys.stdin:
+    t = [0, 0, 0]
+    for q in ynl.dump('qstats-get', {'ifindex': ifindex}):
+        for i, k in enumerate(('rx-csum-bad', 'rx-hw-drops', 'rx-alloc-fail')):
+            t[i] += q.get(k, 0)
+    print(*t, flush=True)
 "#;
 
-fn qstats_totals(ifindex: u32) -> Result<[u64; 3], String> {
-    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
-    let ksrc = format!("{cache}/linux/src");
-    let out = join(in_netns(NS_A, move || net::run("/usr/bin/python3", &["-c", QSTATS, &ksrc, &ifindex.to_string()], "")))?;
-    let v: Vec<u64> = out.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    v.try_into().map_err(|_| format!("qstats-get: bad output {out:?}"))
+/// A running [`QSTATS`] in `NS_A`.
+struct Qstats {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Qstats {
+    fn start(ifindex: u32) -> Result<Qstats, String> {
+        use std::process::{Command, Stdio};
+        let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+        let ksrc = format!("{cache}/linux/src");
+        // spawned from a thread in NS_A: the process and its netlink
+        // socket live there
+        let mut child = join(in_netns(NS_A, move || {
+            Command::new("/usr/bin/python3")
+                .args(["-c", QSTATS, &ksrc, &ifindex.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("python3: {e}"))
+        }))?;
+        let out = std::io::BufReader::new(child.stdout.take().ok_or("python3: no stdout")?);
+        Ok(Qstats { child, out })
+    }
+
+    fn totals(&mut self) -> Result<[u64; 3], String> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().ok_or("python3: no stdin")?;
+        stdin.write_all(b"get\n").and_then(|()| stdin.flush()).map_err(|e| format!("qstats-get: {e}"))?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).map_err(|e| format!("qstats-get: {e}"))?;
+        let v: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        v.try_into().map_err(|_| format!("qstats-get: bad output {line:?} (the YNL script's errors are above)"))
+    }
+}
+
+impl Drop for Qstats {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
 }
 
 /// The device's queue statistics do not go backwards when `ethtool -L`
@@ -777,7 +817,8 @@ fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     let Some(rule) = out.split("Added rule with ID ").nth(1).and_then(|t| t.split_whitespace().next()).map(str::to_string) else {
         return Fail(format!("ethtool -N: no rule id in {out:?}"));
     };
-    let base = tryo!(qstats_totals(n.a_idx));
+    let mut qs = tryo!(Qstats::start(n.a_idx));
+    let base = tryo!(qs.totals());
     let before = tryo!(net::hds_stats(1, 3));
     let mac = tryo!(pkt::hwaddr(NS_A, &n.a));
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -804,12 +845,12 @@ fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     tryo!(join(rx));
     tryo!(sent);
     let counted = tryo!(counted);
-    let four = tryo!(qstats_totals(n.a_idx));
+    let four = tryo!(qs.totals());
     tryo!(et(vec!["-N".into(), dev.clone(), "delete".into(), rule]));
     tryo!(et(vec!["-L".into(), dev.clone(), "combined".into(), "2".into()]));
-    let two = tryo!(qstats_totals(n.a_idx));
+    let two = tryo!(qs.totals());
     tryo!(et(vec!["-L".into(), dev.clone(), "combined".into(), "4".into()]));
-    let four_again = tryo!(qstats_totals(n.a_idx));
+    let four_again = tryo!(qs.totals());
     env.diag(&format!(
         "netdevsim counted {counted} bad checksums on queue 3; rx-csum-bad/hw-drops/alloc-fail totals: before {base:?}, \
          4 queues {four:?}, 2 queues {two:?}, 4 again {four_again:?}"
@@ -820,6 +861,7 @@ fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     if two != four || four_again != four {
         return Fail(format!("the totals changed with the queues: 4 queues {four:?}, 2 queues {two:?}, 4 again {four_again:?}"));
     }
+    drop(qs);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

@@ -109,11 +109,11 @@ fn delta(a: net::HdsStats, b: net::HdsStats) -> net::HdsStats {
     b.since(&a)
 }
 
-/// Checks a zero-copy stream: ≥ 99% zero-copy by our records, the module's
+/// Checks a zero-copy stream: all of it zero-copy by our records, the module's
 /// counters agree with the records, and netdevsim DMA'd at least that much.
 fn check_zc(k: &str, rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats) -> Result<(), String> {
-    if rx.zc_bytes * 100 < rx.bytes * 99 {
-        return Err(format!("{k}: only {} of {} bytes zero-copy", rx.zc_bytes, rx.bytes));
+    if rx.zc_bytes != rx.bytes {
+        return Err(format!("{k}: only {} of {} bytes zero-copy (nothing here may be copied)", rx.zc_bytes, rx.bytes));
     }
     if st.zc_bytes != rx.zc_bytes || st.copy_bytes != rx.copy_bytes {
         return Err(format!(
