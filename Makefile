@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
-	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests clean distclean-kernel
+	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests check-plants clean distclean-kernel
 
 all: module
 
@@ -47,6 +47,10 @@ help:
 	@echo "make mutants       mutation testing: each bug of scripts/mutants.txt planted in turn, the whole"
 	@echo "                   fast suite run against it; every one must be killed (MUTANTS=\"a b\" for some,"
 	@echo "                   MUTANTS_FAIL_FAST=1 to stop each at its first failed test)"
+	@echo "make tree-tests    the kernel tree's netdevsim selftests, case by case: pristine 7.2 kernel,"
+	@echo "                   stock netdevsim, ours (TREE_BASELINE=0: no pristine kernel)"
+	@echo "make check-plants  make check in a clone with the defects of scripts/plants/ planted:"
+	@echo "                   it must fail, and name each of them"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -122,10 +126,12 @@ bench-scale: module tools
 mutants: module iou-zcrx ncdevmem tools
 	@$(TOP)/scripts/mutants.sh --flavour $(FLAVOUR) $(if $(MUTANTS_FAIL_FAST),--fail-fast) run $(MUTANTS)
 
-# The kernel tree's netdevsim selftests, stock netdevsim vs ours; make check
-# runs a short list.
+# The kernel tree's netdevsim selftests, case by case: the pristine release
+# kernel (built once, TREE_BASELINE=0 leaves it out), stock netdevsim on ours,
+# our netdevsim; make check runs a short list without the baseline.
+TREE_BASELINE ?= 1
 tree-tests: kernel iou-zcrx ncdevmem
-	@FLAVOUR=$(FLAVOUR) $(TOP)/scripts/tree-tests.sh
+	@FLAVOUR=$(FLAVOUR) TREE_BASELINE=$(TREE_BASELINE) $(TOP)/scripts/tree-tests.sh
 
 # The uAPI fuzzer on the debug kernel; make check runs a short one.
 fuzz: tools
@@ -145,6 +151,10 @@ SOAK_FLAVOUR ?= debug
 soak: tools
 	@$(MAKE) --no-print-directory FLAVOUR=$(SOAK_FLAVOUR) module
 	@FLAVOUR=$(SOAK_FLAVOUR) $(TOP)/scripts/soak.sh
+
+# make check must fail on each defect of scripts/plants/ (a clone of HEAD).
+check-plants: toolchain
+	@$(TOP)/scripts/check-plants.sh $(PLANTS)
 
 demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)

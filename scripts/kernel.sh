@@ -7,7 +7,7 @@ set -euo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/kernel.sh [--flavour fast|debug] [--force] [STEP...]
+usage: scripts/kernel.sh [--flavour fast|debug|pristine] [--force] [STEP...]
 
 Steps (default: all of them, in order):
   source   unpack linux-source-7.2 into \$ZCRX_CACHE/linux/src (a git tree,
@@ -18,7 +18,11 @@ Steps (default: all of them, in order):
   print-dir
            print the build directory of this flavour (for Makefiles)
 
-Flavours: fast (default), debug (KASAN, lockdep, kmemleak, fault injection).
+Flavours: fast (default), debug (KASAN, lockdep, kmemleak, fault injection),
+pristine (the release as Debian ships it, without the series, with the fast
+flavour's options: the baseline of make tree-tests; its source is a tree of
+its own, \$ZCRX_CACHE/linux/pristine-src, and options only the series adds
+are left out with a note).
 
 Build outputs go to \$ZCRX_CACHE/build/FLAVOUR (O= build, the source tree stays
 clean). Each step records what it was made from (kernel version, hash of the
@@ -42,7 +46,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -f "$ZCRX_TOP/scripts/config/$flavour.config" ] || die "unknown flavour '$flavour' (fast or debug)"
+[ -f "$ZCRX_TOP/scripts/config/$flavour.config" ] || die "unknown flavour '$flavour' (fast, debug or pristine)"
 # `source` alone writes nothing into the build directory: no build lock.
 case " $steps " in
 *" print-dir "*) ;;
@@ -52,6 +56,7 @@ esac
 steps=${steps:-"source config build"}
 
 SRC=$ZCRX_CACHE/linux/src
+[ "$flavour" = pristine ] && SRC=$ZCRX_CACHE/linux/pristine-src
 B=$(build_dir "$flavour")
 PATCHES=$ZCRX_TOP/scripts/patches
 git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
@@ -60,6 +65,10 @@ do_source() {
 	local debver tarball sh head_sh
 	debver=$(cat "$ZCRX_CACHE/linux/deb-version" 2>/dev/null) ||
 		die "linux-source-7.2 is not downloaded; run scripts/toolchain.sh"
+	if [ "$flavour" = pristine ]; then
+		do_source_pristine "$debver"
+		return
+	fi
 	# Checked under the shared lock (another flavour may be building from
 	# the tree); only a tree that must change takes it exclusively.
 	if source_current "$debver"; then
@@ -124,12 +133,37 @@ do_source_locked() {
 	msg "kernel source: linux $debver + $n patches (series $sh)"
 }
 
+# The pristine tree: the tarball unpacked, nothing applied; no git (its
+# builds are keyed by the Debian version).
+do_source_pristine() {
+	local debver=$1 tarball
+	if [ "$(cat "$SRC/.zcrx-deb-version" 2>/dev/null)" = "$debver" ] && [ -z "$force" ]; then
+		msg "pristine kernel source up to date (linux $debver)"
+		return
+	fi
+	stage_begin kernel-unpack-pristine
+	tarball=$(ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* | head -1)
+	rm -rf "$SRC"
+	mkdir -p "$SRC"
+	tar -xf "$tarball" -C "$SRC" --strip-components=1
+	echo "$debver" > "$SRC/.zcrx-deb-version"
+	stage_end
+	msg "pristine kernel source: linux $debver in $SRC"
+}
+src_id() {
+	if [ "$flavour" = pristine ]; then
+		echo "pristine-$(cat "$SRC/.zcrx-deb-version")"
+	else
+		git_src rev-parse HEAD
+	fi
+}
+
 frag_file() { echo "$B/zcrx-fragment.config"; }
 
 do_config() {
 	local key frag missing=
 	kbuild_env
-	key="$(cat "$ZCRX_CACHE/linux/deb-version") $(config_hash "$flavour") $(git_src rev-parse HEAD)"
+	key="$(cat "$ZCRX_CACHE/linux/deb-version") $(config_hash "$flavour") $(src_id)"
 	mkdir -p "$B"
 	if [ "$(cat "$B/.zcrx-config-key" 2>/dev/null)" = "$key" ] && [ -f "$B/.config" ] && [ -z "$force" ]; then
 		msg "kernel config ($flavour) up to date"
@@ -137,7 +171,8 @@ do_config() {
 	fi
 	stage_begin kernel-config
 	frag=$(frag_file)
-	cat "$ZCRX_TOP/scripts/config/base.config" "$ZCRX_TOP/scripts/config/$flavour.config" > "$frag"
+	# shellcheck disable=SC2046 # a list of paths without spaces
+	cat $(config_frags "$flavour") > "$frag"
 	make -s -C "$SRC" O="$B" KCONFIG_ALLCONFIG="$frag" allnoconfig ||
 		die "kernel configuration failed (allnoconfig + $frag)"
 	while IFS= read -r l; do
@@ -148,6 +183,10 @@ do_config() {
 			grep -q "^$sym=" "$B/.config" && missing="$missing\n  $l" ;;
 		esac
 	done < "$frag"
+	if [ -n "$missing" ] && [ "$flavour" = pristine ]; then
+		msg "$(printf "options the release does not have (the series adds them), left out of the pristine kernel:$missing")"
+		missing=
+	fi
 	[ -z "$missing" ] || die "$(printf "these options from scripts/config/{base,$flavour}.config did not survive Kconfig\n(missing dependency, or not user-selectable):$missing")"
 	make -s -C "$SRC" O="$B" rustavailable >/dev/null ||
 		die "the kernel says Rust is not available: run 'make -C $SRC O=$B LLVM=$LLVM_SUFFIX rustavailable' for details (rust-src/bindgen/libclang versions)"
@@ -160,7 +199,7 @@ do_build() {
 	local key jobs
 	kbuild_env
 	[ -f "$B/.zcrx-config-key" ] || die "kernel ($flavour) is not configured; run scripts/kernel.sh config"
-	key="$(cat "$B/.zcrx-config-key") $(git_src rev-parse HEAD)"
+	key="$(cat "$B/.zcrx-config-key") $(src_id)"
 	if [ "$(cat "$B/.zcrx-build-key" 2>/dev/null)" = "$key" ] && [ -f "$B/arch/x86/boot/bzImage" ] && [ -z "$force" ]; then
 		msg "kernel build ($flavour) up to date: $B"
 		return

@@ -90,10 +90,19 @@ series_hash() {
 	(cd "$ZCRX_TOP/scripts/patches" && cat series $(grep -v '^#' series 2>/dev/null)) |
 		sha256sum | cut -c1-12
 }
+# The config fragments of a flavour, in order: base.config and its own; the
+# pristine kernel (the release without the series, make tree-tests'
+# baseline) has the fast flavour's options.
+config_frags() {
+	local d=$ZCRX_TOP/scripts/config
+	case $1 in
+	pristine) echo "$d/base.config $d/fast.config $d/pristine.config" ;;
+	*) echo "$d/base.config $d/$1.config" ;;
+	esac
+}
 config_hash() {
-	local flavour=$1
-	cat "$ZCRX_TOP/scripts/config/base.config" "$ZCRX_TOP/scripts/config/$flavour.config" |
-		sha256sum | cut -c1-12
+	# shellcheck disable=SC2046 # a list of paths without spaces
+	cat $(config_frags "$1") | sha256sum | cut -c1-12
 }
 kernel_version_file() { echo "$ZCRX_CACHE/linux/version"; }
 build_dir() { echo "$ZCRX_CACHE/build/$1"; }

@@ -7,9 +7,13 @@
 # management and netkit queue leasing) in one VM, first with the release's
 # stock netdevsim (drivers/net/netdevsim of the unpatched source, built as a
 # module against our kernel: the only difference is netdevsim itself), then
-# with ours, and fails if any test's result differs. TREE_TESTS="a b" picks
-# tests (paths below tools/testing/selftests); TREE_QUICK=1 runs the short
-# list `make check` uses.
+# with ours, and compares them case by case (scripts/tree-compare.py): any
+# case whose result differs fails, and so does a case that is not ok on
+# both unless scripts/tree-tests-expected.txt (a reviewed list) allows it.
+# With TREE_BASELINE=1 the same tests run first on the pristine release
+# kernel (no series) as a third column. TREE_TESTS="a b" picks tests (paths
+# below tools/testing/selftests); TREE_QUICK=1 runs the short list `make
+# check` uses.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -77,6 +81,14 @@ clang-19 -O2 -g -target bpf -I"$bpfinc" -I"$SRC/tools/include/uapi" \
 	-o "$SRC/tools/testing/selftests/net/lib/xdp_dummy.bpf.o" ||
 	die "the tree's xdp_dummy.bpf.c did not build"
 
+# queues.py's check_xsk runs the tree's xdp_helper (an AF_XDP socket on a
+# queue), which the tarball does not ship built either: plain C against
+# the kernel's headers.
+gcc -O2 -Wall -I"$B/usr-headers/include" -I"$SRC/tools/testing/selftests/net/lib" \
+	"$SRC/tools/testing/selftests/net/lib/xdp_helper.c" \
+	-o "$SRC/tools/testing/selftests/net/lib/xdp_helper" ||
+	die "the tree's xdp_helper.c did not build"
+
 stock=$B/nsim-stock
 msg "building the stock netdevsim of $(cat "$ZCRX_CACHE/linux/deb-version") against the $fl kernel"
 rm -rf "$stock"
@@ -89,14 +101,64 @@ make -s -C "$B" M="$stock/drivers/net/netdevsim" CONFIG_NETDEVSIM=m modules >"$s
 logs=$B/tree-tests-logs
 rm -rf "$logs"
 mkdir -p "$logs"
+# shellcheck disable=SC2086 # one test per line, whatever separated them
+plain=$(printf "%s\n" $tests | grep -v '^hw:' || true)
+# shellcheck disable=SC2086
+hw=$(printf "%s\n" $tests | sed -n 's/^hw://p')
 n=$(echo "$tests" | wc -w)
+labels=stock,ours
+
+# The baseline (TREE_BASELINE=1, make tree-tests' default): the same tests
+# on the release without the series (scripts/kernel.sh --flavour
+# pristine, the fast flavour's options) with its own netdevsim, in a VM of
+# its own. Stock netdevsim on our kernel vs the pristine kernel then shows
+# what the core patches change; stock vs ours what our netdevsim changes.
+vmrc=0
+if [ "${TREE_BASELINE:-0}" = 1 ] && [ -n "$plain" ]; then
+	"$ZCRX_TOP/scripts/kernel.sh" --flavour pristine
+	PB=$(build_dir pristine)
+	printf "mod:pristine:%s\n%s\n" "$PB/drivers/net/netdevsim/netdevsim.ko" "$plain" >"$logs/args"
+	msg "running $(echo "$plain" | wc -l) tree selftests on the pristine $(cat "$ZCRX_CACHE/linux/deb-version") kernel"
+	"$ZCRX_TOP/scripts/vm.sh" --flavour pristine --name tree-tests-pristine \
+		--timeout $(($(echo "$plain" | wc -l) * 150 + 300)) \
+		--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs" || vmrc=$?
+	labels=pristine,stock,ours
+fi
+
 msg "running $n tree selftests with the stock netdevsim, then with ours"
 # The list goes by file: the guest's command line travels on the kernel's.
 {
-	echo "$stock/drivers/net/netdevsim/netdevsim.ko"
-	echo "$B/drivers/net/netdevsim/netdevsim.ko"
+	echo "mod:stock:$stock/drivers/net/netdevsim/netdevsim.ko"
+	echo "mod:ours:$B/drivers/net/netdevsim/netdevsim.ko"
 	# shellcheck disable=SC2086 # one test per line, whatever separated them
 	printf "%s\n" $tests
 } >"$logs/args"
 "$ZCRX_TOP/scripts/vm.sh" --flavour "$fl" --name tree-tests --timeout $((n * 2 * 150 + 300)) \
-	--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs"
+	--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs" || vmrc=$?
+
+# What each zero-copy test sends, so what netdevsim must have DMA'd into
+# provider buffers at least (retransmissions may add some):
+#   iou-zcrx.py: test_zcrx single and rss send SEND_SIZE (2 MiB) each,
+#     test_zcrx_oneshot single and rss 16 KiB each (-z 16384),
+#     test_zcrx_large_chunks 2 MiB: 6324224 bytes;
+#   devmem.py: check_rx 1 KiB, check_rx_hds one payload of each of 1, 8,
+#     16, ... 8192 bytes (16377): 17401 bytes (check_tx and check_tx_chunks
+#     send from the dmabuf: nothing is received into one).
+declare -A HW_BYTES=([drivers/net/hw/iou-zcrx.py]=6324224 [drivers/net/hw/devmem.py]=17401)
+cmp=(python3 "$ZCRX_TOP/scripts/tree-compare.py" "$logs" --labels "$labels"
+	--expected "$ZCRX_TOP/scripts/tree-tests-expected.txt" --tests)
+# shellcheck disable=SC2206 # one test per line, no spaces
+cmp+=($plain)
+if [ -n "$hw" ]; then
+	cmp+=(--hw)
+	for t in $hw; do
+		[ -n "${HW_BYTES[$t]:-}" ] || die "no payload size known for the zero-copy test $t (HW_BYTES in $0)"
+		cmp+=("$t=${HW_BYTES[$t]}")
+	done
+fi
+crc=0
+"${cmp[@]}" || crc=$?
+# A VM that failed (a splat: vm.sh exits 3; a timeout; a panic) fails the
+# run even when every case agreed.
+[ "$vmrc" = 0 ] || echo "tree-tests: a VM failed (exit $vmrc)" >&2
+[ "$crc" = 0 ] && [ "$vmrc" = 0 ]
