@@ -11,7 +11,9 @@
 # (the kernel builds are shared with the cache: only the module and the
 # tools are built again), and the run must fail with every expected line.
 # Prints one line per plant and "N caught, N missed"; exits 1 if any plant
-# went unseen or make check passed.
+# went unseen or make check passed. It uses the cache's build and log
+# directories as make check does (the planted module, check/*.log): run it
+# alone, and run make check again afterwards.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 

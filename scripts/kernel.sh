@@ -184,8 +184,18 @@ do_config() {
 		esac
 	done < "$frag"
 	if [ -n "$missing" ] && [ "$flavour" = pristine ]; then
-		msg "$(printf "options the release does not have (the series adds them), left out of the pristine kernel:$missing")"
-		missing=
+		# only what the series itself adds may be missing there
+		local left= m sym
+		while IFS= read -r m || [ -n "$m" ]; do
+			[ -n "$m" ] || continue
+			sym=$(echo "$m" | grep -oE 'CONFIG_[A-Za-z0-9_]+' | head -1)
+			if cat "$PATCHES"/*.patch | grep -qx "+config ${sym#CONFIG_}"; then
+				msg "left out of the pristine kernel (the series adds it): $sym"
+			else
+				left="$left\n$m"
+			fi
+		done < <(printf "$missing")
+		missing=$left
 	fi
 	[ -z "$missing" ] || die "$(printf "these options from scripts/config/{base,$flavour}.config did not survive Kconfig\n(missing dependency, or not user-selectable):$missing")"
 	make -s -C "$SRC" O="$B" rustavailable >/dev/null ||

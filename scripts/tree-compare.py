@@ -25,7 +25,8 @@ A case is a KTAP result line of the test's output ("ok 3 hds.get_hds",
 "not ok 4 ...", "# SKIP" and "# XFAIL" kept as skip and xfail); every test
 also has the case "(exit)": its exit status (ok, fail(N), skip, timeout),
 with the "PASSED all N checks" count of the netdevsim shell tests. A KTAP
-plan with fewer result lines than it announced adds "(missing N cases)".
+plan with fewer result lines than it announced adds the case "(missing)",
+whose result is "missing N of M cases".
 """
 
 import argparse
@@ -82,7 +83,7 @@ def cases(logdir, label, test):
         if m:
             checks = f" ({m.group(1)})"
     if plan is not None and ran < plan:
-        res[f"(missing {plan - ran} of {plan} cases)"] = "missing"
+        res["(missing)"] = f"missing {plan - ran} of {plan} cases"
     res["(exit)"] = exit_verdict(rc) + checks
     return res
 

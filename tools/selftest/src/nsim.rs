@@ -724,9 +724,6 @@ fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     Pass
 }
 
-/// The device's queue statistics totals (`qstats-get` of the netdev
-/// family, read with the kernel tree's YNL library) of `ifindex` in `NS_A`:
-/// `rx-csum-bad rx-hw-drops rx-alloc-fail` on one line.
 /// The tree's YNL (`tools/net/ynl/pyynl`) answering `qstats-get` for one
 /// device: one line of totals (rx-csum-bad, rx-hw-drops, rx-alloc-fail)
 /// for each line read. One process for the whole test: a Python start
@@ -744,6 +741,9 @@ for _ in sys.stdin:
             t[i] += q.get(k, 0)
     print(*t, flush=True)
 "#;
+
+/// Where [`QSTATS`]'s stderr goes (read when it fails: a traceback).
+const QSTATS_ERR: &str = "/tmp/zcrx-selftest-qstats.err";
 
 /// A running [`QSTATS`] in `NS_A`.
 struct Qstats {
@@ -763,6 +763,7 @@ impl Qstats {
                 .args(["-c", QSTATS, &ksrc, &ifindex.to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
+                .stderr(fs::File::create(QSTATS_ERR).map_err(|e| format!("{QSTATS_ERR}: {e}"))?)
                 .spawn()
                 .map_err(|e| format!("python3: {e}"))
         }))?;
@@ -777,7 +778,10 @@ impl Qstats {
         let mut line = String::new();
         self.out.read_line(&mut line).map_err(|e| format!("qstats-get: {e}"))?;
         let v: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-        v.try_into().map_err(|_| format!("qstats-get: bad output {line:?} (the YNL script's errors are above)"))
+        v.try_into().map_err(|_| {
+            let err = fs::read_to_string(QSTATS_ERR).unwrap_or_default();
+            format!("qstats-get: bad output {line:?}; the YNL script said: {}", err.trim())
+        })
     }
 }
 
