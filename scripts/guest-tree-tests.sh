@@ -76,7 +76,7 @@ unload() {
 	return 1
 }
 
-# result TEST LOGFILE RC -> ok | skip | fail
+# verdict RC LOGFILE: the progress line's result (the host compares the cases)
 verdict() {
 	local rc=$1 f=$2
 	local v t
