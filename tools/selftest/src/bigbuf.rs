@@ -15,6 +15,7 @@ use zcrx::uapi::*;
 use zcrx::{Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, expect_errno, info, mib, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{self, addr_a, in_netns, join, sender, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -101,6 +102,7 @@ fn receive_big(z: &mut Zcrx, s: &std::net::TcpStream, pat: &Pattern, buf: u64) -
                 g.copy += len;
             } else {
                 g.zc += len;
+                crate::devlog::note(data)?;
                 g.max_reach = g.max_reach.max(rec.off % buf + len);
             }
         }
@@ -132,6 +134,9 @@ fn large_buffers_32k_zero_copy(env: &Env) -> Outcome {
     let bytes = env.bytes(256 << 20);
     let seed = 140u64;
     let before = tryo!(n.stats(1, 0));
+    // Every record matched to a write netdevsim logged: at most 256 MiB
+    // in writes of up to 32 KiB, far fewer than the log holds.
+    let log = tryo!(DmaLog::start());
     let a_idx = n.a_idx;
     let dev = n.a.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
@@ -198,6 +203,8 @@ fn large_buffers_32k_zero_copy(env: &Env) -> Outcome {
     if d.dma_bytes < g.zc {
         return Fail(format!("netdevsim DMA'd {} < {} delivered zero-copy", d.dma_bytes, g.zc));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, g.zc)));
+    drop(log);
     if g.max_reach <= 4096 {
         return Fail(format!("no record reached past the first page of a buffer (max {})", g.max_reach));
     }

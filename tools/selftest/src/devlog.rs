@@ -97,43 +97,59 @@ impl DmaLog {
     /// what the receivers counted as zero-copy, which the pieces must add
     /// up to. Returns a line for the test's diagnostics.
     pub fn check(&self, n: &Nsim, q: u32, before: &HdsStats, zc_bytes: u64) -> Result<String, String> {
+        self.check_queues(n, &[(q, *before)], zc_bytes)
+    }
+
+    /// [`DmaLog::check`] for receivers on several queues of netdevsim 1
+    /// (`queues`: each with its counters at the start): each queue's
+    /// logged bytes equal its `dma_bytes`, nothing was written on a queue
+    /// not listed, and every piece lies in a write of its buffer, whichever
+    /// queue made it (one area serves them all).
+    pub fn check_queues(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64) -> Result<String, String> {
         let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
         let noted: u64 = pieces.iter().map(|p| u64::from(p.1)).sum();
         if noted != zc_bytes {
             return Err(format!("receivers noted {noted} zero-copy bytes for the device check, counted {zc_bytes}"));
         }
+        let dma_now = || -> Result<Vec<u64>, String> { queues.iter().map(|(q, _)| n.stats(1, *q).map(|s| s.dma_bytes)).collect() };
         // stats, log, stats again: equal stats mean the log is of the
         // same moment (a late retransmission would be in one and not the
         // other)
         let mut tries = 0;
         let (after, log) = loop {
-            let a = n.stats(1, q)?;
+            let a = dma_now()?;
             let log = self.read();
-            let b = n.stats(1, q)?;
+            let b = dma_now()?;
             tries += 1;
-            if a.dma_bytes == b.dma_bytes || tries == 20 {
+            if a == b || tries == 20 {
                 break (b, log?);
             }
             sleep(Duration::from_millis(100));
         };
         let (log, lost) = log;
-        let d = after.since(before);
         if lost != 0 {
             return Err(format!("the DMA log lost {lost} writes: the device check would be incomplete"));
         }
-        let logged: u64 = log.iter().filter(|e| e.0 == q).map(|e| u64::from(e.2)).sum();
-        let elsewhere = log.iter().filter(|e| e.0 != q).count();
-        if elsewhere != 0 || logged != d.dma_bytes {
-            return Err(format!(
-                "the DMA log has {logged} bytes on queue {q} (and {elsewhere} writes elsewhere), netdevsim counted {}",
-                d.dma_bytes
-            ));
+        let mut logged_all = 0;
+        for ((q, before), after) in queues.iter().zip(&after) {
+            let logged: u64 = log.iter().filter(|e| e.0 == *q).map(|e| u64::from(e.2)).sum();
+            let counted = after - before.dma_bytes;
+            if logged != counted {
+                return Err(format!("the DMA log has {logged} bytes on queue {q}, netdevsim counted {counted}"));
+            }
+            logged_all += logged;
+        }
+        let elsewhere = log.iter().filter(|e| !queues.iter().any(|(q, _)| *q == e.0)).count();
+        if elsewhere != 0 {
+            return Err(format!("the DMA log has {elsewhere} writes on queues no receiver here was bound to"));
         }
         match_pieces(&pieces, &log)?;
         Ok(format!(
-            "device check: {} zero-copy pieces matched to {} netdevsim writes ({logged} B logged = its dma_bytes)",
+            "device check: {} zero-copy pieces matched to {} netdevsim writes on {} queue(s) \
+             ({logged_all} B logged = their dma_bytes)",
             pieces.len(),
-            log.len()
+            log.len(),
+            queues.len()
         ))
     }
 }

@@ -15,6 +15,7 @@ use zcrx::uapi::*;
 use zcrx::{Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, info, mib, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{addr_a, in_netns, join, sender, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -152,6 +153,7 @@ fn dry_then_drain(z: &mut Zcrx, s: &TcpStream, pat: &Pattern) -> Result<Seen, St
                 seen.copy += u64::from(r.len);
             } else {
                 seen.zc += u64::from(r.len);
+                crate::devlog::note(z.data(r))?;
             }
         }
         if dry {
@@ -191,6 +193,8 @@ fn events_pool_dry_wakes_epoll(env: &Env) -> Outcome {
     let seed = 150u64;
     let a_idx = n.a_idx;
     let before = tryo!(n.stats(1, 0));
+    // Every record, held or not, matched to a write netdevsim logged.
+    let log = tryo!(DmaLog::start());
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let rx = in_netns(NS_A, move || -> Result<Seen, String> {
         let mut z = Zcrx::open().map_err(|e| format!("open: {e}"))?;
@@ -248,6 +252,8 @@ fn events_pool_dry_wakes_epoll(env: &Env) -> Outcome {
     if seen.zc != seen.bytes {
         return Fail(format!("{} of {} bytes zero-copy: nothing here may be copied", seen.zc, seen.bytes));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, seen.zc)));
+    drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

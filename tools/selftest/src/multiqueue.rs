@@ -3,7 +3,8 @@
 
 //! One context, several rx queues (`ZCRX_RS_BIND_ADD_QUEUE`): a server's
 //! flows spread over the queues by RSS all arrive zero-copy into one area,
-//! and their buffers go back through one refill ring.
+//! and their buffers go back through one refill ring; every record lies
+//! in a write netdevsim logged (`devlog`).
 
 use std::net::{Ipv6Addr, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -13,6 +14,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{Context, Pattern};
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{self, addr_a, flow_seed, flow_sender, in_netns, join, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -50,6 +52,7 @@ fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern) -> Result<Got, Strin
                 copy += n;
             } else {
                 zc += n;
+                crate::devlog::note(r.data())?;
             }
         }
         if t0.elapsed() > Duration::from_secs(600) {
@@ -80,6 +83,9 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     let per = env.bytes(64 << 20) / FLOWS as u64;
     let seed = 130u64;
     let before: Vec<_> = tryo!((0..4).map(|q| n.stats(1, q)).collect::<Result<Vec<_>, _>>());
+    // Every record matched to a write netdevsim logged (64 MiB at most:
+    // what the log holds).
+    let log = tryo!(DmaLog::start());
     let a_idx = n.a_idx;
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let rx = in_netns(NS_A, move || -> Result<(Vec<Got>, zcrx::Stats, String), String> {
@@ -190,6 +196,9 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     if dma.iter().sum::<u64>() < zc {
         return Fail(format!("netdevsim DMA'd {} bytes < {zc} delivered zero-copy", dma.iter().sum::<u64>()));
     }
+    let queues: Vec<_> = (0u32..4).zip(before.iter().copied()).collect();
+    env.diag(&tryo!(log.check_queues(&n, &queues, zc)));
+    drop(log);
     // 16 flows hashed over 4 queues: all on one would be a 1 in 4^15 chance.
     if queues_used < 2 {
         return Fail(format!("RSS put every flow on one queue ({dma:?}): nothing shows several queues served"));
