@@ -99,9 +99,9 @@ install:
 
 # All tests: host tests, the full suite on the fast kernel, then the
 # reliability suite on the debug kernel (KASAN, lockdep, kmemleak).
-# scripts/check.sh --build does the builds itself: the fast kernel at nice 19
-# while the debug kernel builds and the debug suite runs (a TCG guest leaves
-# half the CPU idle), then the host checks and the fast suite.
+# scripts/check.sh --build does the builds itself, one after the other: the
+# debug kernel and its suite, then the fast kernel, the host checks, the fast
+# suite and the tree's selftests.
 check: toolchain
 	@$(TOP)/scripts/check.sh --build --flavour fast --debug
 

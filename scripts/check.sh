@@ -11,14 +11,11 @@ usage() {
 usage: scripts/check.sh [--flavour fast|debug] [--debug | --debug-only] [--build] [--timeout SECONDS]
 
 Expects the kernel(s), module(s), iou-zcrx, ncdevmem and tools built, unless --build
-(make check): then it builds them itself, overlapping builds with tests. A
-TCG guest leaves about half of the two cores idle (timers, a flow at a time),
-so the FLAVOUR kernel builds at nice 19 while the debug kernel builds and the
-debug suite runs, then the host checks and the FLAVOUR suite run. Measured:
-two nice-19 CPU hogs left the fast suite at 188 s (190 s alone) and got 61%
-of the CPU; the nice-19 kernel build slowed the debug suite from 597 s to
-704 s (caches, memory). Two VMs at once are far worse (each test 2.5-6x
-slower, vCPU threads preempted), so the suites run one after the other.
+(make check): then it builds them itself, one after the other (a kernel
+build keeps both cores busy, and so does a TCG guest: overlapping the two
+was measured slower than running them in turn). Two VMs at once are far
+worse (each test 2.5-6x slower, vCPU threads preempted), so the suites run
+one after the other too.
   1. host: cargo test of tools/ (includes the uAPI layout test against gcc),
      the generated uAPI file up to date, checkpatch --strict of the series,
      the module rustfmt-clean with the kernel's .rustfmt.toml and free of
@@ -27,8 +24,7 @@ slower, vCPU threads preempted), so the suites run one after the other.
   2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
   3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
      injection): KUnit + the selftest, streams scaled down (16 MiB big
-     stream, others /8). It runs first: its 10 min are when the FLAVOUR
-     kernel gets built. --debug-only: this suite alone.
+     stream, others /8). It runs first. --debug-only: this suite alone.
   4. the kernel tree's own selftests that run on netdevsim (a short list,
      scripts/tree-tests.sh), with the release's stock netdevsim and with
      ours in one VM, compared case by case: a case ok on both passes, one
@@ -201,62 +197,37 @@ build_failed() {
 $1: build FAILED${2:+ (log: $2)}"
 }
 
-# 0. builds (--build). The FLAVOUR kernel goes first into the background at
-# nice 19: it takes what the debug build and the debug suite leave idle.
-fbuild= flog=$B/build-check.log
+# 0. builds (--build), one after the other: each kernel build keeps both
+# cores busy, and so does a TCG guest with two vCPUs. Measured on
+# 2026-12-06: the fast kernel building at nice 19 beside the debug suite
+# stretched that suite from 909 s to 1676 s and got through a third of its
+# objects meanwhile; overlapping lost time instead of using idle CPU.
+build_kernel() {
+	local fl=$1; shift
+	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$fl" "$@"; then
+		build_failed "$fl"
+		return 1
+	fi
+}
 if [ -n "$build" ]; then
 	# Unpacked and patched before anything builds from it (toolchain.sh
 	# usually did this already): the builds then share the tree.
 	if ! "$ZCRX_TOP/scripts/kernel.sh" --flavour "$flavour" source; then
 		build_failed kernel-tree; first= debug=
 	fi
-	if [ -n "$first" ]; then
-		mkdir -p "$B"
-		msg "building the $flavour kernel, module, iou-zcrx and ncdevmem at nice 19 in the background (log: $flog)"
-		# Its own process group (set -m), stopped with everything under it
-		# if this script ends first (a failure, ^C). Not setsid: a new
-		# session is a new scheduler autogroup, which gets its fair half of
-		# the CPU whatever its nice value (seen: the nice-19 build going
-		# faster than the debug one).
-		# Its exit status goes to $flog.rc: no waiting on a PID that a
-		# later process may reuse. -o toolchain: make check ran it already
-		# (it rewrites files the builds read).
-		rm -f "$flog.rc"
-		set -m
-		( nice -n 19 make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$flavour" \
-			module iou-zcrx ncdevmem > "$flog" 2>&1 < /dev/null; echo $? > "$flog.rc" ) &
-		fbuild=$!
-		set +m
-		trap '[ -z "$fbuild" ] || [ -e "$flog.rc" ] || kill -- -"$fbuild" 2>/dev/null' EXIT
-	fi
-	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain tools; then
+	if [ -n "$first$debug" ] && ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain tools; then
 		build_failed tools; first= debug=
-	fi
-	if [ -n "$debug" ] && ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR=debug module iou-zcrx; then
-		build_failed debug; debug=
 	fi
 fi
 
 if [ -n "$debug" ]; then
-	vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 60 --fuzz-net-seconds 30
+	if [ -z "$build" ] || build_kernel debug module iou-zcrx; then
+		vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 30 --fuzz-net-seconds 30
+	fi
 fi
 
-if [ -n "$first" ]; then
-	if [ -n "$fbuild" ]; then
-		msg "waiting for the $flavour kernel build (log: $flog)"
-		progress_pat='^==> (kernel build|stage|another build|waiting for)'
-		shown=0
-		until [ -e "$flog.rc" ]; do
-			sleep 10
-			grep -E "$progress_pat" "$flog" | tail -n +$((shown + 1))
-			shown=$(grep -cE "$progress_pat" "$flog")
-		done
-		if [ "$(cat "$flog.rc")" != 0 ]; then
-			tail -30 "$flog" | sed 's/^/# /'
-			build_failed "$flavour" "$flog"; first=
-		fi
-		fbuild=
-	fi
+if [ -n "$first" ] && [ -n "$build" ]; then
+	build_kernel "$flavour" module iou-zcrx ncdevmem || first=
 fi
 # 4. the tree's own netdevsim selftests, stock netdevsim vs ours, case by
 # case (scripts/tree-compare.py): a case that is ok on both passes, one

@@ -125,7 +125,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--list] [--fail-fast] [TEST...]");
+    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--exclude TEST[,TEST...]] [--list] [--fail-fast] [TEST...]");
     exit(2);
 }
 
@@ -183,6 +183,7 @@ const KMEMLEAK_GROUP: usize = 12;
 fn main() {
     let mut module = None;
     let mut only = Vec::new();
+    let mut exclude = Vec::new();
     let mut list = false;
     let mut fail_fast = false;
     let mut big_stream = 1u64 << 30;
@@ -222,6 +223,7 @@ fn main() {
             }
             "--fuzz-net-seed" => fuzz_net_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
             "--soak-seconds" => soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            "--exclude" => exclude.extend(args.next().unwrap_or_else(|| usage()).split(',').map(str::to_string)),
             "--list" => list = true,
             "--fail-fast" => fail_fast = true,
             "-h" | "--help" => usage(),
@@ -229,7 +231,15 @@ fn main() {
             s => only.push(s.to_string()),
         }
     }
-    let tests: Vec<_> = all_tests().into_iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
+    let all = all_tests();
+    // A name that matches no test is a typo that would run (or leave out)
+    // something else than asked: refuse it.
+    if let Some(bad) = only.iter().chain(&exclude).find(|o| !all.iter().any(|(n, _)| n == o)) {
+        eprintln!("zcrx-selftest: no test named {bad:?} (--list lists them)");
+        exit(2);
+    }
+    let tests: Vec<_> =
+        all.into_iter().filter(|(n, _)| (only.is_empty() || only.iter().any(|o| o == n)) && !exclude.iter().any(|o| o == n)).collect();
     if list {
         for (n, _) in &tests {
             println!("{n}");
@@ -245,6 +255,9 @@ fn main() {
     let kmemleak = common::kmemleak_present();
     let groups = if kmemleak { tests.len().div_ceil(KMEMLEAK_GROUP) } else { 0 };
     let mut k = Ktap::new(std::io::stdout(), tests.len() + groups);
+    if !exclude.is_empty() {
+        k.diag(&format!("not run here (--exclude): {}", exclude.join(" ")));
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         k.diag("not root: module and device tests need CAP_SYS_MODULE and CAP_NET_ADMIN");
