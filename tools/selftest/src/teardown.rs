@@ -323,12 +323,13 @@ fn netdev_deleted_while_bound(env: &Env) -> Outcome {
 /// connections, `[::]` takes IPv6 and IPv4 peers, `--json` reports each
 /// connection on its own line, `-v` draws a progress line. Two streams, one
 /// per family, each checked byte for byte by zcrx-nc (`--check`) and counted
-/// in its JSON.
+/// in its JSON: all zero-copy, and no more than netdevsim DMA'd.
 fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
     use std::io::BufRead;
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
     let port = 7107;
     let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"]));
     let stderr = child.stderr.take().expect("piped");
@@ -375,17 +376,24 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
         v.split([',', '}']).next()?.parse().ok()
     };
     let mut diag = Vec::new();
+    let mut zc_all = 0;
     for (v6, l) in &out {
         let (Some(b), Some(zc)) = (field(l, "bytes"), field(l, "zero_copy_bytes")) else {
             return Fail(format!("unparsable JSON line: {l}"));
         };
         let peer_ok = if *v6 { l.contains("[2001:db8::2]") } else { l.contains("192.0.2.2") };
-        if b != bytes || !peer_ok || zc == 0 {
-            return Fail(format!("expected {bytes} bytes from the {} peer, got: {l}", if *v6 { "IPv6" } else { "IPv4" }));
+        // Header split on the one queue: every byte zero-copy.
+        if b != bytes || !peer_ok || zc != bytes {
+            return Fail(format!("expected {bytes} bytes from the {} peer, all zero-copy, got: {l}", if *v6 { "IPv6" } else { "IPv4" }));
         }
+        zc_all += zc;
         diag.push(format!("{}: {} byte-exact, {} zero-copy", if *v6 { "IPv6" } else { "IPv4" }, mib(b), mib(zc)));
     }
-    env.diag(&format!("zcrx-nc -k --json: {}", diag.join("; ")));
+    let dma = tryo!(n.stats(1, 0)).since(&before).dma_bytes;
+    env.diag(&format!("zcrx-nc -k --json: {}; netdevsim DMA'd {dma} B into provider buffers", diag.join("; ")));
+    if dma < zc_all {
+        return Fail(format!("netdevsim DMA'd {dma} B < {zc_all} B zcrx-nc says came zero-copy"));
+    }
     Pass
 }
 
@@ -399,6 +407,7 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     let _huge = tryo!(crate::bigbuf::HugePages::reserve((8 << 20) / zcrx::dev::huge_page_size() as u64 + 1));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
     let port = 7108;
     let mut child = tryo!(spawn_nc_with(&n, port, 12, &["--buf-size", "32k", "--json"]));
     let bytes = env.bytes(64 << 20);
@@ -417,6 +426,10 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     }
     if field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) || field("buf_size") != Some(32768) {
         return Fail(format!("expected {bytes} bytes, all zero-copy, buf_size 32768: {line}"));
+    }
+    let dma = tryo!(n.stats(1, 0)).since(&before).dma_bytes;
+    if dma < bytes {
+        return Fail(format!("netdevsim DMA'd {dma} B < {bytes} B zcrx-nc says came zero-copy"));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
