@@ -199,9 +199,11 @@ $1: build FAILED${2:+ (log: $2)}"
 
 # 0. builds (--build), one after the other: each kernel build keeps both
 # cores busy, and so does a TCG guest with two vCPUs. Measured on
-# 2026-12-06: the fast kernel building at nice 19 beside the debug suite
-# stretched that suite from 909 s to 1676 s and got through a third of its
-# objects meanwhile; overlapping lost time instead of using idle CPU.
+# 2026-12-06 (session of 569f42e..6243c5e, one machine): the debug suite
+# took 1676 s with the fast kernel building at nice 19 beside it, which
+# got through a third of its objects meanwhile, and 909 s alone;
+# overlapping lost time instead of using idle CPU. In turn, from an empty
+# cache: 39 min 43 s for all of make check (README).
 build_kernel() {
 	local fl=$1; shift
 	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$fl" "$@"; then
