@@ -83,8 +83,10 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     let per = env.bytes(64 << 20) / FLOWS as u64;
     let seed = 130u64;
     let before: Vec<_> = tryo!((0..4).map(|q| n.stats(1, q)).collect::<Result<Vec<_>, _>>());
-    // Every record matched to a write netdevsim logged (64 MiB at most:
-    // what the log holds).
+    // Every record matched to a write netdevsim logged. The log holds
+    // 65536 writes; 64 MiB over IPv6 here took about 47000 (a write per
+    // segment, retransmissions included). Should it fill, the check fails
+    // ("lost N writes") rather than pass unchecked.
     let log = tryo!(DmaLog::start());
     let a_idx = n.a_idx;
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
@@ -128,15 +130,28 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
             }
         };
         let mut threads = Vec::new();
+        let mut accept_err = None;
         for _ in 0..FLOWS {
-            let (s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            let (s, peer) = match l.accept() {
+                Ok(v) => v,
+                Err(e) => {
+                    accept_err = Some(format!("accept: {e}"));
+                    break;
+                }
+            };
             // Each flow its own data: a buffer of another flow fails.
             let (c, p) = (ctx.clone(), Pattern::new(flow_seed(seed, peer.port())));
             threads.push(std::thread::spawn(move || receive_one(&c, &s, &p)));
         }
+        // Every receiver joined before any error returns: none may go on
+        // noting records into a later test's DMA log.
+        let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+        if let Some(e) = accept_err {
+            return Err(e);
+        }
         let mut got = Vec::new();
-        for t in threads {
-            got.push(t.join().map_err(|_| "receiver thread panicked".to_string())??);
+        for j in joined {
+            got.push(j.map_err(|_| "receiver thread panicked".to_string())??);
         }
         let st = ctx.stats().map_err(|e| fail("stats", e))?;
         ctx.unbind().map_err(|e| fail("UNBIND (all queues)", e))?;
