@@ -268,8 +268,10 @@ fn faulted_recvs_then_stream(env: &Env, port: u16, mtu: Option<u32>, flags: u32)
             rx.records
         ));
     }
-    if rx.zc_bytes == 0 {
-        return Fail("nothing came zero-copy".into());
+    // Header split on the bound queue: the stream after the faults is
+    // all zero-copy (what the faulted calls left in the socket included).
+    if rx.copy_bytes != 0 || rx.zc_bytes != rx.bytes {
+        return Fail(format!("{} of {} bytes copied: all must be zero-copy", rx.copy_bytes, rx.bytes));
     }
     if flags & ZCRX_RS_RECV_MERGE != 0 && rx.merged == 0 {
         return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
@@ -329,8 +331,15 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
             }
             let held = recs[..first.records].to_vec();
             let rx = receive_from(&mut z, &s, &p2[phase], got, None)?;
-            if got + rx.bytes != part || rx.zc_bytes == 0 {
-                return Err(format!("phase {phase}: {} of {part} bytes, {} zero-copy", got + rx.bytes, rx.zc_bytes));
+            // Every byte zero-copy, the records kept out too.
+            let first_copied = recs[..first.records].iter().any(|r| r.flags & ZCRX_RS_REC_COPY != 0);
+            if got + rx.bytes != part || rx.zc_bytes != rx.bytes || first_copied {
+                return Err(format!(
+                    "phase {phase}: {} of {part} bytes, {} of the last {} zero-copy, first records copied: {first_copied}",
+                    got + rx.bytes,
+                    rx.zc_bytes,
+                    rx.bytes
+                ));
             }
             lines.push(format!("area {}: {} byte-exact, {} zero-copy", mib(area as u64), mib(part), mib(rx.zc_bytes + first.bytes)));
             drop(s);
@@ -598,6 +607,15 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
             off += u64::from(r.len);
         }
         let mut got = receive_from(&mut z, &s, &p2, off, None)?;
+        // One queue, bound, header split on: every byte zero-copy, the
+        // records held across UNBIND too.
+        let first_copied = recs[..first.records].iter().any(|r| r.flags & ZCRX_RS_REC_COPY != 0);
+        if got.copy_bytes != 0 || first_copied {
+            return Err(format!(
+                "device A: {} bytes copied after the first records (which were copied: {first_copied}): all must be zero-copy",
+                got.copy_bytes
+            ));
+        }
         got.bytes += off;
         drop(s);
         z.unbind().map_err(|e| format!("UNBIND A: {e}"))?;
@@ -1075,8 +1093,8 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
     let sent = join(tx);
     let (got, pinned, raw6, pkt, pin0) = tryo!(join(rx));
     let sent = tryo!(sent);
-    if got.bytes != sent || got.zc_bytes == 0 {
-        return Fail(format!("received {} of {sent} bytes, {} zero-copy", got.bytes, got.zc_bytes));
+    if got.bytes != sent || got.zc_bytes != sent {
+        return Fail(format!("received {} of {sent} bytes, {} zero-copy: all must be", got.bytes, got.zc_bytes));
     }
     // Both raw sockets still hold clones: nothing may be released yet.
     let held = |what: &str| -> Result<(), String> {

@@ -86,8 +86,8 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
         let l = std::net::TcpListener::bind(("::", 7101)).map_err(|e| e.to_string())?;
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
         let rx = receive(&mut z, &s, &p2, Some(4 << 20))?;
-        if rx.zc_bytes == 0 {
-            return Err(format!("bound: {} received, none zero-copy", rx.bytes));
+        if rx.bytes == 0 || rx.zc_bytes != rx.bytes {
+            return Err(format!("bound: {} received, {} zero-copy: all must be", rx.bytes, rx.zc_bytes));
         }
         rmmod_refused().map_err(|e| format!("streaming: {e}"))?;
         z.unbind().map_err(|e| format!("unbind: {e}"))?;
