@@ -135,7 +135,7 @@ fn large_buffers_32k_zero_copy(env: &Env) -> Outcome {
     let seed = 140u64;
     let before = tryo!(n.stats(1, 0));
     // Every record matched to a write netdevsim logged. The log holds
-    // 65536 writes; over IPv4 netdevsim's TSO lets 64 KiB segments fill
+    // 2^20 writes; over IPv4 netdevsim's TSO lets 64 KiB segments fill
     // 32 KiB buffers, so 256 MiB took about 9700. Should it fill, the
     // check fails ("lost N writes") rather than pass unchecked.
     let log = tryo!(DmaLog::start());

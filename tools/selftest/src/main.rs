@@ -23,6 +23,7 @@ mod bigbuf;
 mod clients;
 mod common;
 mod copyonly;
+mod csum;
 mod devlog;
 mod devmem_tx;
 mod dmabuf;
@@ -104,6 +105,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(nsim::TESTS);
     v.extend_from_slice(forward::TESTS);
     v.extend_from_slice(tunnel::TESTS);
+    v.extend_from_slice(csum::TESTS);
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(devmem_tx::TESTS);

@@ -84,7 +84,7 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     let seed = 130u64;
     let before: Vec<_> = tryo!((0..4).map(|q| n.stats(1, q)).collect::<Result<Vec<_>, _>>());
     // Every record matched to a write netdevsim logged. The log holds
-    // 65536 writes; 64 MiB over IPv6 here took about 47000 (a write per
+    // 2^20 writes; 64 MiB over IPv6 here took about 47000 (a write per
     // segment, retransmissions included). Should it fill, the check fails
     // ("lost N writes") rather than pass unchecked.
     let log = tryo!(DmaLog::start());

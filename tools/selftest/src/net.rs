@@ -92,6 +92,8 @@ pub struct HdsStats {
     /// one) was wrong: split all the same, and the stack checks from the
     /// first wrong one on (CHECKSUM_NONE, or a lower `csum_level`).
     pub csum_bad: u64,
+    /// Delivered with CHECKSUM_COMPLETE (`hds_csum_complete`).
+    pub csum_complete: u64,
 }
 
 impl HdsStats {
@@ -106,6 +108,7 @@ impl HdsStats {
             drop_frags: self.drop_frags - before.drop_frags,
             drop_dma: self.drop_dma - before.drop_dma,
             csum_bad: self.csum_bad - before.csum_bad,
+            csum_complete: self.csum_complete - before.csum_complete,
         }
     }
 }
@@ -134,6 +137,7 @@ pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
         drop_frags: get("drop_frags")?,
         drop_dma: get("drop_dma")?,
         csum_bad: get("csum_bad")?,
+        csum_complete: get("csum_complete")?,
     })
 }
 
@@ -286,6 +290,12 @@ impl Nsim {
     /// most `bytes` stays readable in the header buffer.
     pub fn copybreak(id: u32, bytes: u32) -> Result<(), String> {
         write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_copybreak"), &bytes.to_string())
+    }
+
+    /// netdevsim's `hds_csum_complete` on device `id`: split packets that
+    /// are not GSO bursts come with CHECKSUM_COMPLETE over the frame.
+    pub fn csum_complete(id: u32, on: bool) -> Result<(), String> {
+        write_sys(&format!("/sys/kernel/debug/netdevsim/netdevsim{id}/ports/0/hds_csum_complete"), if on { "1" } else { "0" })
     }
 
     /// Deletes netdevsim device `id` (its netdev is unregistered).

@@ -508,6 +508,17 @@ impl Snmp {
         self.0.get(name).copied().ok_or(format!("no SNMP counter {name}"))
     }
 
+    /// Every counter that moved since `before`, `name +delta`, sorted.
+    pub fn moved(&self, before: &Snmp) -> String {
+        let mut v: Vec<String> = self
+            .0
+            .iter()
+            .filter_map(|(k, v)| before.0.get(k).filter(|b| *b != v).map(|b| format!("{k} +{}", v.wrapping_sub(*b))))
+            .collect();
+        v.sort();
+        v.join(", ")
+    }
+
     /// `name` now minus `name` in `before`.
     pub fn since(&self, before: &Snmp, name: &str) -> Result<u64, String> {
         Ok(self.get(name)?.wrapping_sub(before.get(name)?))

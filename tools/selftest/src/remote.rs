@@ -33,7 +33,11 @@
 //! (small payloads stay readable in the header buffer), so readable and
 //! unreadable skbs of one flow meet in GRO. The `back_out` class sends
 //! segments nsa routes back out of its netdevsim port (a NIC with netmem
-//! TX), so that IPv6 answers with Redirects quoting them.
+//! TX), so that IPv6 answers with Redirects quoting them. Every class
+//! meets both of netdevsim's checksum reports: now and then it switches
+//! between CHECKSUM_UNNECESSARY and CHECKSUM_COMPLETE (`hds_csum_complete`)
+//! for what it splits; it writes a frame's padding to provider memory
+//! either way.
 //!
 //! The `signed` class sends segments with a TCP-MD5 or TCP-AO option and
 //! a payload to listeners that have keys for the phantom: the victim
@@ -657,6 +661,19 @@ impl Attacker {
 
     /// One round of one class.
     fn round(&mut self, forward_mtu: &mut Instant) {
+        // Now and then netdevsim switches between CHECKSUM_UNNECESSARY and
+        // CHECKSUM_COMPLETE for what it splits: every class then meets
+        // both (padding in provider memory trimmed, or the packet dropped;
+        // GRO and TCP checking the device's sum of unreadable payload).
+        if self.rng.pct(2) {
+            let on = self.rng.pct(50);
+            let what = match Nsim::csum_complete(1, on) {
+                Ok(()) if on => "CHECKSUM_COMPLETE on",
+                Ok(()) => "CHECKSUM_COMPLETE off",
+                Err(_) => "hds_csum_complete write failed",
+            };
+            self.note(what);
+        }
         let class = self.rng.pick(&[
             "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix",
             "back_out", "signed", "tunnel", "mptcp", "ktls", "esp",

@@ -85,7 +85,7 @@ pub fn one_stream_rcvbuf(
     Ok((rx, before, after, st))
 }
 
-fn report(rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats, secs: f64) -> String {
+pub fn report(rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats, secs: f64) -> String {
     format!(
         "{} byte-exact in {secs:.1} s: zero-copy {} ({:.2}%), copied {} in {} records; module: zc {} copy {} \
          alloc_fail {} refill ok/bad {}/{}; netdevsim: DMA'd {} in {} pkts, {} pkts unsplit",
@@ -111,7 +111,7 @@ fn delta(a: net::HdsStats, b: net::HdsStats) -> net::HdsStats {
 
 /// Checks a zero-copy stream: all of it zero-copy by our records, the module's
 /// counters agree with the records, and netdevsim DMA'd at least that much.
-fn check_zc(k: &str, rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats) -> Result<(), String> {
+pub fn check_zc(k: &str, rx: &Rx, st: &zcrx::uapi::zcrx_rs_stats, d: net::HdsStats) -> Result<(), String> {
     if rx.zc_bytes != rx.bytes {
         return Err(format!("{k}: only {} of {} bytes zero-copy (nothing here may be copied)", rx.zc_bytes, rx.bytes));
     }
