@@ -18,6 +18,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::Pattern;
 
 use crate::common::{ensure_loaded, wait_idle};
+use crate::devlog::{DmaLog, RecNote};
 use crate::net::{addr_a, join, sender, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
@@ -78,6 +79,9 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
     cmd.args(["netns", "exec", NS_A]).arg(&server);
     cmd.args(["-i", &n.a, "-q", "0", "-p", &port.to_string(), "-a", "64", "-n", &conns.to_string()]);
     cmd.env("LD_LIBRARY_PATH", &libdir);
+    let note = tryo!(RecNote::new("epoll"));
+    cmd.envs(note.env());
+    let log = tryo!(DmaLog::start());
     let (mut child, rx) = tryo!(spawn_server(cmd, "listening"));
     // Lengths: different, so each reply line identifies its sender.
     let base = env.bytes(8 << 20);
@@ -142,6 +146,9 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
     if d.dma_bytes < zc {
         return Fail(format!("netdevsim DMA'd {} B < {zc} B the example says came zero-copy", d.dma_bytes));
     }
+    // Every zero-copy record the example got, in a write netdevsim made.
+    env.diag(&tryo!(log.check_process(&n, 0, &before, zc, &note)));
+    drop(log);
     tryo!(wait_idle(Duration::from_secs(30)));
     Pass
 }
@@ -219,7 +226,10 @@ fn curl_uploads(env: &Env, server: &std::path::Path, src: &std::path::Path, dst:
     n.hds(true)?;
     let before = n.stats(1, 0)?;
     let port = 8081u16;
+    let note = RecNote::new("upload")?;
+    let log = DmaLog::start()?;
     let mut cmd = Command::new("ip");
+    cmd.envs(note.env());
     cmd.args(["netns", "exec", NS_A]).arg(server).args(["--dev", &n.a, "--queue", "0", "--port", &port.to_string()]);
     // 64 MiB: more buffers than the four sockets' receive queues can hold
     // (tcp_rmem 4 MiB each), so a slow reader never starves the others.
@@ -315,11 +325,24 @@ fn curl_uploads(env: &Env, server: &std::path::Path, src: &std::path::Path, dst:
     if d.dma_bytes < zc {
         return Err(format!("netdevsim DMA'd {} B < {zc} body bytes the server says came zero-copy", d.dma_bytes));
     }
+    // Every zero-copy record the server got (heads included: the total
+    // line's zero-copy count), in a write netdevsim made.
+    let zc_all = total
+        .split(" bytes zero-copy")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| format!("unparsable total line {total:?}"))?;
+    if zc_all < zc {
+        return Err(format!("{total}: fewer zero-copy bytes than the bodies' {zc}"));
+    }
+    let device = log.check_process(&n, 0, &before, zc_all, &note)?;
+    drop(log);
     wait_idle(Duration::from_secs(30))?;
     Ok(format!(
         "curl -T to zcrx-upload (tokio): 4 uploads (IPv4, IPv6, chunked, Expect: 100-continue), replies = sha256sum, \
          files byte-exact; bodies {all} B in all: {zc} B zero-copy, {copied} B copied; netdevsim DMA'd {} B \
-         into provider buffers",
+         into provider buffers; {device}",
         d.dma_bytes
     ))
 }

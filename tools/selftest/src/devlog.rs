@@ -25,7 +25,7 @@ use crate::net::{self, HdsStats, Nsim};
 
 const LOG: &str = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
 /// What patch 49 lets the log hold.
-pub const CAPACITY: u64 = 65536;
+pub const CAPACITY: u64 = 1 << 20;
 
 /// Set while a [`DmaLog`] is active: receivers then collect pieces.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -107,6 +107,31 @@ impl DmaLog {
     /// queue made it (one area serves them all).
     pub fn check_queues(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64) -> Result<String, String> {
         let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
+        self.check_pieces(n, queues, zc_bytes, pieces)
+    }
+
+    /// [`DmaLog::check`] for a receiver in another process that ran with
+    /// [`RecNote::env`]: its pieces are in the file `tools/selftest/recnote.c`
+    /// wrote for it.
+    pub fn check_process(&self, n: &Nsim, q: u32, before: &HdsStats, zc_bytes: u64, note: &RecNote) -> Result<String, String> {
+        let t = fs::read_to_string(&note.0).map_err(|e| format!("{}: {e} (did the receiver run with recnote?)", note.0))?;
+        let mut pieces = Vec::new();
+        for l in t.lines() {
+            let w: Vec<&str> = l.splitn(3, ' ').collect();
+            match w.as_slice() {
+                ["piece", a, len] => pieces.push((
+                    u64::from_str_radix(a.trim_start_matches("0x"), 16).map_err(|_| format!("{}: {l:?}", note.0))? + net::NSIM_DMA_OFFSET,
+                    len.parse().map_err(|_| format!("{}: {l:?}", note.0))?,
+                )),
+                ["error", ..] => return Err(format!("recnote in the receiver: {l}")),
+                _ => return Err(format!("{}: unexpected line {l:?}", note.0)),
+            }
+        }
+        let line = self.check_pieces(n, &[(q, *before)], zc_bytes, pieces)?;
+        Ok(format!("{line}; noted in the receiver's process"))
+    }
+
+    fn check_pieces(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64, pieces: Vec<Piece>) -> Result<String, String> {
         let noted: u64 = pieces.iter().map(|p| u64::from(p.1)).sum();
         if noted != zc_bytes {
             return Err(format!("receivers noted {noted} zero-copy bytes for the device check, counted {zc_bytes}"));
@@ -151,6 +176,37 @@ impl DmaLog {
             log.len(),
             queues.len()
         ))
+    }
+}
+
+/// The file a receiver in another process notes its zero-copy pieces in
+/// (`tools/selftest/recnote.c`, loaded with `LD_PRELOAD`); removed on drop.
+pub struct RecNote(String, String);
+
+impl RecNote {
+    /// A new, empty note file for the receiver called `name`; fails if the
+    /// shim is not built (`make tools`).
+    pub fn new(name: &str) -> Result<RecNote, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let shim = exe.with_file_name("libzcrx-recnote.so");
+        if !shim.exists() {
+            return Err(format!("{} not built (make tools)", shim.display()));
+        }
+        let path = std::env::temp_dir().join(format!("zcrx-recnote-{name}-{}", std::process::id()));
+        let path = path.to_string_lossy().into_owned();
+        fs::write(&path, "").map_err(|e| format!("{path}: {e}"))?;
+        Ok(RecNote(path, shim.to_string_lossy().into_owned()))
+    }
+
+    /// The environment that makes a receiver note its pieces here.
+    pub fn env(&self) -> [(&'static str, &str); 2] {
+        [("LD_PRELOAD", &self.1), ("ZCRX_RECNOTE", &self.0)]
+    }
+}
+
+impl Drop for RecNote {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
     }
 }
 

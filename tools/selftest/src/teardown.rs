@@ -18,6 +18,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{dev::page_size, kmod, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, mib, rmmod_eventually, rmmod_refused, vm_pinned_kb, wait_idle, MODULE};
+use crate::devlog::{DmaLog, RecNote};
 use crate::net::{addr_a, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -169,14 +170,19 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
 }
 
 fn spawn_nc(n: &Nsim, port: u16, seed: u64) -> Result<Child, String> {
-    spawn_nc_with(n, port, seed, &[])
+    spawn_nc_with(n, port, seed, &[], None)
 }
 
-fn spawn_nc_with(n: &Nsim, port: u16, seed: u64, extra: &[&str]) -> Result<Child, String> {
+/// zcrx-nc on queue 0, checking pattern `seed`; with `note`, it notes its
+/// zero-copy records for the device check.
+fn spawn_nc_with(n: &Nsim, port: u16, seed: u64, extra: &[&str], note: Option<&RecNote>) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let nc = exe.with_file_name("zcrx-nc");
-    Command::new("ip")
-        .args(["netns", "exec", NS_A])
+    let mut cmd = Command::new("ip");
+    if let Some(note) = note {
+        cmd.envs(note.env());
+    }
+    cmd.args(["netns", "exec", NS_A])
         .arg(&nc)
         .args(["--dev", &n.a, "--queue", "0", "--port", &port.to_string(), "--check", &seed.to_string(), "--area", "8"])
         .args(extra)
@@ -331,7 +337,9 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
     let port = 7107;
-    let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"]));
+    let note = tryo!(RecNote::new("nc-k"));
+    let log = tryo!(DmaLog::start());
+    let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"], Some(&note)));
     let stderr = child.stderr.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -394,6 +402,8 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
     if dma < zc_all {
         return Fail(format!("netdevsim DMA'd {dma} B < {zc_all} B zcrx-nc says came zero-copy"));
     }
+    // Every zero-copy record zcrx-nc got, in a write netdevsim made.
+    env.diag(&tryo!(log.check_process(&n, 0, &before, zc_all, &note)));
     Pass
 }
 
@@ -409,7 +419,9 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
     let port = 7108;
-    let mut child = tryo!(spawn_nc_with(&n, port, 12, &["--buf-size", "32k", "--json"]));
+    let note = tryo!(RecNote::new("nc-32k"));
+    let log = tryo!(DmaLog::start());
+    let mut child = tryo!(spawn_nc_with(&n, port, 12, &["--buf-size", "32k", "--json"], Some(&note)));
     let bytes = env.bytes(64 << 20);
     let sent = join(sender(addr_a(false, port), bytes, Arc::new(Pattern::new(12)), 0));
     let mut err = String::new();
@@ -431,6 +443,8 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     if dma < bytes {
         return Fail(format!("netdevsim DMA'd {dma} B < {bytes} B zcrx-nc says came zero-copy"));
     }
+    env.diag(&tryo!(log.check_process(&n, 0, &before, bytes, &note)));
+    drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
