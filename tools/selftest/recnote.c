@@ -16,8 +16,12 @@
  * go back to the device: the pieces of one buffer are in the file in the
  * order of its writes, as the check needs. One write(2) per RECV call on a
  * file opened O_APPEND, under a lock: calls of several threads do not
- * interleave. The program itself is not changed and cannot tell (errno and
- * the return value are the real ioctl's). Test tooling, not for production.
+ * interleave. (That holds as long as a program does not run two RECVs on
+ * one socket at once, whose records could be noted in the other order;
+ * the receivers checked with it do not.) Only fds that registered an area
+ * are followed, and an fd forgets its area when it is closed. The program
+ * itself is not changed and cannot tell (errno and the return value are
+ * the real ioctl's and close's). Test tooling, not for production.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -45,6 +49,17 @@ static struct area areas[MAX_AREAS];
 static int nr_areas;
 static int out_fd = -1, pagemap_fd = -1;
 static int (*real_ioctl)(int, unsigned long, ...);
+static int (*real_close)(int);
+
+__attribute__((constructor)) static void recnote_init(void)
+{
+	real_ioctl = (int (*)(int, unsigned long, ...))dlsym(RTLD_NEXT, "ioctl");
+	real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
+	if (!real_ioctl || !real_close) {
+		fprintf(stderr, "recnote: dlsym(ioctl, close) failed\n");
+		abort();
+	}
+}
 
 /* a growing text buffer for one RECV call's lines */
 struct out {
@@ -114,10 +129,14 @@ static void note_area(int fd, const struct zcrx_rs_area_reg *reg)
 {
 	struct area *a = find(fd);
 
+	if (!a)
+		a = find(-1);
 	if (!a && nr_areas < MAX_AREAS)
 		a = &areas[nr_areas++];
 	if (!a)
-		return;		/* its records then show up as errors */
+		return;		/* its records are then not noted: the check
+				 * finds bytes missing
+				 */
 	a->fd = fd;
 	a->addr = reg->addr;	/* 0 for a dma-buf: not noted */
 	a->len = reg->len;
@@ -143,15 +162,18 @@ static void note_recs(int fd, const struct zcrx_rs_recv *r)
 	struct area *a;
 
 	pthread_mutex_lock(&lock);
-	if (open_files())
-		goto out;
 	a = find(fd);
+	/* not a context that registered an area (another device's ioctl of
+	 * the same number): leave it alone
+	 */
+	if (!a || open_files())
+		goto out;
 	for (uint32_t i = 0; i < r->nr_recs; i++) {
 		uint64_t va, left, chunk, phys;
 
 		if (rec[i].flags & ZCRX_RS_REC_COPY)
 			continue;
-		if (!a || !a->addr || rec[i].off + rec[i].len > a->len) {
+		if (!a->addr || rec[i].off + rec[i].len > a->len) {
 			put(&o, "error fd %d: record off %llu len %u outside any area noted\n",
 			    fd, (unsigned long long)rec[i].off, rec[i].len);
 			continue;
@@ -186,8 +208,8 @@ int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (!real_ioctl)
-		real_ioctl = (int (*)(int, unsigned long, ...))dlsym(RTLD_NEXT, "ioctl");
+	if (!real_ioctl)	/* called before the constructor ran */
+		recnote_init();
 	ret = real_ioctl(fd, req, arg);
 	if (ret < 0)
 		return ret;
@@ -201,4 +223,18 @@ int ioctl(int fd, unsigned long req, ...)
 	}
 	errno = saved;
 	return ret;
+}
+
+int close(int fd)
+{
+	struct area *a;
+
+	if (!real_close)
+		recnote_init();
+	pthread_mutex_lock(&lock);
+	a = find(fd);
+	if (a)
+		a->fd = -1;	/* the slot is free */
+	pthread_mutex_unlock(&lock);
+	return real_close(fd);
 }

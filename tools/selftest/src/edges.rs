@@ -210,6 +210,8 @@ fn faulted_recvs_then_stream(env: &Env, port: u16, mtu: Option<u32>, flags: u32)
     let bytes = env.bytes(8 << 20);
     let pat = Arc::new(Pattern::new(4242));
     let p2 = pat.clone();
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let rx = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(8 << 20).map_err(|e| e.to_string())?;
@@ -276,6 +278,8 @@ fn faulted_recvs_then_stream(env: &Env, port: u16, mtu: Option<u32>, flags: u32)
     if flags & ZCRX_RS_RECV_MERGE != 0 && rx.merged == 0 {
         return Fail(format!("{} records for {} buffers: nothing merged", rx.records, rx.zc_bufs));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    drop(log);
     env.diag(&format!(
         "3 RECVs into a read-only array{}: EFAULT, STATS unchanged, the user holds no buffer; then {} byte-exact, \
          zero-copy {} copied {} in {} records ({} spanning several buffers), STATS equal",
@@ -310,10 +314,13 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
     let pats = [Arc::new(Pattern::new(881)), Arc::new(Pattern::new(882))];
     let port = 7304;
     let p2 = pats.clone();
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let rx = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         let l = std::net::TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
         let mut lines = Vec::new();
+        let mut zc = 0u64;
         for (phase, area) in [(0usize, 4usize << 20), (1, 8 << 20)] {
             z.register_area(area).map_err(|e| format!("phase {phase}: register {}: {e}", mib(area as u64)))?;
             z.bind(a_idx, 0, 0).map_err(|e| format!("phase {phase}: bind: {e}"))?;
@@ -326,6 +333,9 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
             for r in &recs[..first.records] {
                 if let Some(bad) = p2[phase].check(got, z.data(r)) {
                     return Err(format!("phase {phase}: payload mismatch at {bad}"));
+                }
+                if r.flags & ZCRX_RS_REC_COPY == 0 {
+                    crate::devlog::note(z.data(r))?;
                 }
                 got += u64::from(r.len);
             }
@@ -341,6 +351,7 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
                     rx.bytes
                 ));
             }
+            zc += rx.zc_bytes + first.bytes;
             lines.push(format!("area {}: {} byte-exact, {} zero-copy", mib(area as u64), mib(part), mib(rx.zc_bytes + first.bytes)));
             drop(s);
             if phase == 1 {
@@ -381,7 +392,7 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
             drop(raw);
             lines.push(format!("UNREGISTER: EBUSY while bound and while holding, ok after refill ({tries} tries)"));
         }
-        Ok(lines)
+        Ok((lines, zc))
     });
     let tx = in_netns(NS_B, move || {
         for pat in &pats {
@@ -398,18 +409,23 @@ fn unregister_then_register_another_area(env: &Env) -> Outcome {
         Ok(())
     });
     let sent = join(tx);
-    let lines = tryo!(join(rx));
+    let (lines, zc) = tryo!(join(rx));
     tryo!(sent);
-    tryo!(wait_idle(Duration::from_secs(30)));
     env.diag(&lines.join("; "));
+    // Both areas' records in writes netdevsim logged (the second area
+    // may reuse the first one's pages: each buffer's writes in order).
+    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    drop(log);
+    tryo!(wait_idle(Duration::from_secs(30)));
     Pass
 }
 
 /// UNBIND, then BIND again — the same queue and the other one — with
 /// buffers still held from the first binding: every stream byte-exact and
 /// all of it zero-copy on each binding (each record in a write netdevsim
-/// logged on the queue of its phase), the held buffers go back through the
-/// new ring, and everything is released at the end.
+/// logged on one of the two queues, each queue's logged bytes equal to its
+/// counter), the held buffers go back through the new ring, and everything
+/// is released at the end.
 fn unbind_then_bind_again(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     // Two queues; each phase has its own connection and port, which an
@@ -616,6 +632,8 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
     let pat = Arc::new(Pattern::new(31337));
     let p2 = pat.clone();
     let port = 7307;
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let rx = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
         z.register_area(4 << 20).map_err(|e| e.to_string())?;
@@ -630,6 +648,9 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
             if let Some(bad) = p2.check(off, z.data(r)) {
                 return Err(format!("payload mismatch at {bad}"));
             }
+            if r.flags & ZCRX_RS_REC_COPY == 0 {
+                crate::devlog::note(z.data(r))?;
+            }
             off += u64::from(r.len);
         }
         let mut got = receive_from(&mut z, &s, &p2, off, None)?;
@@ -643,6 +664,7 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
             ));
         }
         got.bytes += off;
+        got.zc_bytes += off;
         drop(s);
         z.unbind().map_err(|e| format!("UNBIND A: {e}"))?;
         // Give them back through the old ring: the next BIND takes them.
@@ -653,9 +675,12 @@ fn bind_other_device_after_unbind(env: &Env) -> Outcome {
     let sent = join(tx);
     let (z, got) = tryo!(join(rx));
     let sent = tryo!(sent);
-    if got.bytes != sent || got.zc_bytes == 0 {
+    if got.bytes != sent || got.zc_bytes != got.bytes {
         return Fail(format!("device A: received {} of {sent} bytes, {} zero-copy", got.bytes, got.zc_bytes));
     }
+    // Every record on A in a write netdevsim 1 logged.
+    env.diag(&tryo!(log.check(&n, 0, &before, got.zc_bytes)));
+    drop(log);
     let (z, tries_b) = tryo!(bind_when_free(z, NS_B, b_idx));
     tryo!(join(in_netns(NS_B, move || {
         let z = z;
@@ -1082,6 +1107,8 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
     let pat = Arc::new(Pattern::new(777));
     let p2 = pat.clone();
     let port = 7305;
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let rx = in_netns(NS_A, move || {
         let sock = |domain: i32, ty: i32, proto: i32, what: &str| -> Result<i32, String> {
             // SAFETY: socket(2); we own the new fd.
@@ -1122,6 +1149,8 @@ fn raw_sockets_hold_buffers_until_closed(env: &Env) -> Outcome {
     if got.bytes != sent || got.zc_bytes != sent {
         return Fail(format!("received {} of {sent} bytes, {} zero-copy: all must be", got.bytes, got.zc_bytes));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, got.zc_bytes)));
+    drop(log);
     // Both raw sockets still hold clones: nothing may be released yet.
     let held = |what: &str| -> Result<(), String> {
         match wait_idle(Duration::from_secs(3)) {

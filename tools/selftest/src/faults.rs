@@ -24,6 +24,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{dev::page_size, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{addr_a, in_netns, join, receive, sender, with_receiver, Nsim, NS_A};
 use crate::{Env, TestFn};
 
@@ -265,6 +266,10 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         let p2 = pat.clone();
         let bytes = env.bytes(4 << 20);
         let port = 7401 + i;
+        // The device check (records in writes netdevsim logged), started
+        // before the fault knobs so that its allocation cannot fail.
+        let before = tryo!(n.stats(1, 0));
+        let log = tryo!(DmaLog::start());
         let rx = with_receiver(a_idx, 0, 8 << 20, port, true, move |z, l| {
             let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
             receive(z, &s, &p2, None)
@@ -311,6 +316,8 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         if rx.bytes != bytes || rx.zc_bytes != bytes {
             return Fail(format!("stream after the injections: {} of {bytes} bytes, {} zero-copy: all must be", rx.bytes, rx.zc_bytes));
         }
+        env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+        drop(log);
         env.diag(&format!(
             "then a stream{}: {} bytes byte-exact, {} zero-copy, {} copied",
             if atomic_fail { format!(" with 2% of atomic allocations failing ({injected} failed)") } else { String::new() },

@@ -104,6 +104,7 @@ fn stream_through_dry_pool(n: &Nsim, fallback: bool, port: u16) -> Result<(net::
                             rx.copy_bytes += u64::from(r.len);
                         } else {
                             rx.zc_bytes += u64::from(r.len);
+                            crate::devlog::note(z.data(r))?;
                         }
                     }
                     held.extend_from_slice(&recs[..g.records]);
@@ -136,6 +137,8 @@ fn dry_pool_drops_then_recovers(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let (rx, d, drops) = tryo!(stream_through_dry_pool(&n, false, 7320));
     env.diag(&format!(
         "receiver gave no buffer back: netdevsim dropped {} bursts (rx_dropped +{drops}), delivered {} unsplit; \
@@ -153,6 +156,10 @@ fn dry_pool_drops_then_recovers(env: &Env) -> Outcome {
     if rx.copy_bytes != 0 {
         return Fail(format!("{} bytes copied", rx.copy_bytes));
     }
+    // Each record (held until the pool ran dry, or after) in a write
+    // netdevsim logged.
+    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

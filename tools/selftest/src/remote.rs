@@ -195,6 +195,8 @@ struct Attacker {
     /// What happened, per event (sessions opened, SYN unanswered, ...).
     events: BTreeMap<&'static str, u64>,
     next_port: u16,
+    /// netdevsim's hds_csum_complete as last set.
+    complete: bool,
 }
 
 /// A connection the attacker opened from the phantom address.
@@ -219,7 +221,7 @@ impl Attacker {
     /// Opens the socket, in the calling thread's namespace (nsb).
     fn new(ifindex: u32, mac: [u8; 6], seed: u64) -> Result<Attacker, String> {
         let fd = pkt::packet_socket(ifindex)?;
-        Ok(Attacker { fd, ifindex, mac, rng: Rng(seed), sent: BTreeMap::new(), events: BTreeMap::new(), next_port: 20000 })
+        Ok(Attacker { fd, ifindex, mac, rng: Rng(seed), sent: BTreeMap::new(), events: BTreeMap::new(), next_port: 20000, complete: false })
     }
 
     fn note(&mut self, what: &'static str) {
@@ -228,6 +230,9 @@ impl Attacker {
 
     /// Sends an IP datagram to nsa, counted under `class`.
     fn send(&mut self, class: &'static str, v6: bool, datagram: &[u8], pad: usize) {
+        if self.complete {
+            self.note("frames sent with CHECKSUM_COMPLETE on");
+        }
         let f = pkt::frame(self.mac, v6, datagram, pad);
         // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
         let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -667,7 +672,11 @@ impl Attacker {
         // GRO and TCP checking the device's sum of unreadable payload).
         if self.rng.pct(2) {
             let on = self.rng.pct(50);
-            let what = match Nsim::csum_complete(1, on) {
+            let r = Nsim::csum_complete(1, on);
+            if r.is_ok() {
+                self.complete = on;
+            }
+            let what = match r {
                 Ok(()) if on => "CHECKSUM_COMPLETE on",
                 Ok(()) => "CHECKSUM_COMPLETE off",
                 Err(_) => "hds_csum_complete write failed",
@@ -1134,6 +1143,7 @@ fn ofo_parkers(env: &Env, bufs: usize, conns: u32, segs: u32, port: u16) -> Outc
     tryo!(n.hds(true));
     let mac_a = tryo!(phantom_up(&n));
     let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let snmp0 = tryo!(pkt::Snmp::read(NS_A));
     let bytes = 1u64 << 20;
     let pat = Arc::new(Pattern::new(u64::from(port)));
@@ -1214,6 +1224,10 @@ fn ofo_parkers(env: &Env, bufs: usize, conns: u32, segs: u32, port: u16) -> Outc
     if rx.zc_bytes != bytes {
         return Fail(format!("{} of {bytes} bytes zero-copy", rx.zc_bytes));
     }
+    // The victim's records in writes netdevsim logged (the parked
+    // segments' writes are never received: passed over).
+    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    drop(log);
     // The test proves something only if the attacker did park data.
     // (at least half the pool's share)
     if parkers != conns as usize || parked < ((bufs - bufs / 8) / 2) as u64 {
@@ -1415,13 +1429,26 @@ fn fuzz_remote(env: &Env) -> Outcome {
     }
     env.diag(&format!("valid connections by path: {}", paths.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
-        "netdevsim queue 0: split {} packets ({}), dry-pool drops {}, bad checksums {}, unsplit (dry fallback) {}",
+        "netdevsim queue 0: split {} packets ({}), dry-pool drops {}, bad checksums {}, unsplit (dry fallback) {}, \
+         delivered with CHECKSUM_COMPLETE {}",
         d.dma_packets,
         mib(d.dma_bytes),
         d.drop_no_buf,
         d.csum_bad,
-        d.fallback_packets
+        d.fallback_packets,
+        d.csum_complete
     ));
+    // Switched on in some rounds: if frames went out meanwhile (most are
+    // TCP segments with payload, split), some must have come so.
+    let while_on = events.get("frames sent with CHECKSUM_COMPLETE on").copied().unwrap_or(0);
+    if while_on >= 50 && d.csum_complete == 0 {
+        return Fail(format!(
+            "{while_on} frames sent while hds_csum_complete was on, but netdevsim delivered nothing with CHECKSUM_COMPLETE"
+        ));
+    }
+    if events.get("hds_csum_complete write failed").copied().unwrap_or(0) > 0 {
+        return Fail("writing netdevsim's hds_csum_complete failed".into());
+    }
     env.diag(&format!(
         "reached (kprobe hits, all calls): {}{}",
         hits.iter().map(|(k, n)| format!("{k} {}", n - hits0.get(k).copied().unwrap_or(0))).collect::<Vec<_>>().join(", "),

@@ -76,6 +76,8 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
     let a_idx = n.a_idx;
     let pat = Arc::new(Pattern::new(5));
     let p2 = pat.clone();
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(DmaLog::start());
     // Each stage: rmmod must be refused.
     let h = in_netns(NS_A, move || {
         let mut z = Zcrx::open().map_err(|e| e.to_string())?;
@@ -95,16 +97,20 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
         rmmod_refused().map_err(|e| format!("unbound, context open: {e}"))?;
         // The stream continues after unbind (as copies); finish it.
         let rest = receive_from(&mut z, &s, &p2, rx.bytes, None)?;
-        Ok(rx.bytes + rest.bytes)
+        Ok((rx.bytes + rest.bytes, rx.zc_bytes + rest.zc_bytes))
     });
     let bytes = env.bytes(16 << 20);
     let tx = sender(addr_a(true, 7101), bytes, pat, 0);
     let sent = join(tx);
-    let got = tryo!(join(h).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
+    let (got, zc) = tryo!(join(h).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
     let sent = tryo!(sent);
     if sent != bytes || got != bytes {
         return Fail(format!("sent {sent}, received {got} of {bytes}"));
     }
+    // The zero-copy records (before the unbind, and those in flight
+    // after it) in writes netdevsim logged.
+    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    drop(log);
     // The context is closed; the old page pool may linger a second.
     tryo!(wait_idle(Duration::from_secs(10)));
     tryo!(rmmod_eventually(Duration::from_secs(10)));
@@ -221,6 +227,8 @@ fn kill9_receiver_mid_stream(env: &Env) -> Outcome {
     // And the queue takes a provider again.
     let pat = Arc::new(Pattern::new(8));
     let p2 = pat.clone();
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 8 << 20, 7107, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
         receive(z, &s, &p2, None)
@@ -230,6 +238,8 @@ fn kill9_receiver_mid_stream(env: &Env) -> Outcome {
     if rx.zc_bytes != rx.bytes {
         return Fail(format!("after the kill a new binding got only {} of {} zero-copy", rx.zc_bytes, rx.bytes));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    drop(log);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
@@ -242,6 +252,8 @@ fn unbind_under_traffic(env: &Env) -> Outcome {
     let p2 = pat.clone();
     let total_bytes = env.bytes(64 << 20);
     let first_part = total_bytes / 4;
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 16 << 20, 7108, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
         let first = receive(z, &s, &p2, Some(first_part))?;
@@ -266,6 +278,14 @@ fn unbind_under_traffic(env: &Env) -> Outcome {
     if copy_after == 0 {
         return Fail("nothing was copied after unbind: was the queue really unbound?".into());
     }
+    // Bound, header split on: nothing copied before the unbind; every
+    // zero-copy record, before it and in flight after it, in a write
+    // netdevsim logged.
+    if first.zc_bytes != first.bytes {
+        return Fail(format!("before unbind only {} of {} bytes zero-copy", first.zc_bytes, first.bytes));
+    }
+    env.diag(&tryo!(log.check(&n, 0, &before, first.zc_bytes + zc_after)));
+    drop(log);
     tryo!(wait_idle(Duration::from_secs(10)));
     tryo!(plain_stream_ok(&n, 7109));
     Pass

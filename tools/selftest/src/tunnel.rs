@@ -25,6 +25,7 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::Pattern;
 
 use crate::common::{ensure_loaded, mib, wait_idle};
+use crate::devlog::DmaLog;
 use crate::net::{join, receive, run, sender, with_receiver, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Csum, Ip, Tcp};
 use crate::{Env, TestFn};
@@ -349,6 +350,7 @@ fn tunnels_zero_copy(env: &Env) -> Outcome {
         let port = 7420 + k as u16;
         let pat = Arc::new(Pattern::new(0x7e00 + k as u64));
         let before = tryo!(n.stats(1, 0));
+        let log = tryo!(DmaLog::start());
         let p2 = pat.clone();
         let rx = with_receiver(n.a_idx, 0, 16 << 20, port, true, move |z, l| {
             let s = accept_within(&l, Duration::from_secs(60))?;
@@ -378,6 +380,8 @@ fn tunnels_zero_copy(env: &Env) -> Outcome {
         if d.dma_bytes < bytes {
             return Fail(format!("{}: netdevsim split only {} payload bytes of {bytes} into the area", t.what, d.dma_bytes));
         }
+        let line = tryo!(log.check(&n, 0, &before, rx.zc_bytes).map_err(|e| format!("{}: {e}", t.what)));
+        env.diag(&format!("{}: {line}", t.what));
     }
     drop(n);
     tryo!(wait_idle(Duration::from_secs(30)));
