@@ -182,6 +182,7 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let port = 7322u16;
     let bytes = env.bytes(32 << 20);
     let pat = Arc::new(Pattern::new(u64::from(port)));
@@ -190,6 +191,7 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let mut recs = vec![Rec::default(); 64];
         let (mut held, mut got, mut enobufs, mut gaps) = (Vec::new(), 0u64, 0u64, Duration::ZERO);
+        let mut zc = 0u64;
         let mut last = Instant::now();
         let t0 = Instant::now();
         s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
@@ -207,6 +209,10 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
                     for r in &recs[..g.records] {
                         if let Some(bad) = p2.check(got, z.data(r)) {
                             return Err(format!("payload mismatch at {bad}"));
+                        }
+                        if r.flags & ZCRX_RS_REC_COPY == 0 {
+                            zc += u64::from(r.len);
+                            crate::devlog::note(z.data(r))?;
                         }
                         got += u64::from(r.len);
                     }
@@ -227,11 +233,11 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
             }
         }
         z.refill(&held).map_err(|e| format!("refill: {e}"))?;
-        Ok((got, enobufs, gaps, t0.elapsed()))
+        Ok((got, zc, enobufs, gaps, t0.elapsed()))
     });
     let sent = join(sender(addr_a(false, port), bytes, pat, 0));
     let r = join(rx).map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()));
-    let (got, enobufs, gap, took) = tryo!(r);
+    let (got, zc, enobufs, gap, took) = tryo!(r);
     let sent = tryo!(sent);
     let d = tryo!(n.stats(1, 0)).since(&before);
     env.diag(&format!(
@@ -249,6 +255,13 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     if d.drop_no_buf == 0 {
         return Fail("the pool never ran dry: nothing was tested".into());
     }
+    // A dry pool drops (no readable fallback): what arrives, arrives in
+    // buffers, each record in a write netdevsim logged.
+    if zc != got {
+        return Fail(format!("{} of {got} bytes copied: all must be zero-copy", got - zc));
+    }
+    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    drop(log);
     // Recovery within retransmission timeouts (0.02-0.22 s seen), not
     // SO_RCVTIMEO's 10 s: a RECV that slept through the dry spell (no
     // wake-up) gets there only when its timeout ends it.
@@ -448,6 +461,8 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     let port = 7325u16;
     let pat = Arc::new(Pattern::new(u64::from(port)));
     let p2 = pat.clone();
+    let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         net::receive(z, &s, &p2, None)
@@ -485,6 +500,10 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
             rx.copy_bytes, rx.zc_bytes
         ));
     }
+    // The split ones' records in writes netdevsim logged (the readable
+    // ones were copied: they are in no buffer of the device).
+    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
