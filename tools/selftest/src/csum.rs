@@ -30,7 +30,7 @@ use zcrx::ktap::Outcome::{self, *};
 
 use crate::common::{ensure_loaded, wait_idle};
 use crate::devlog::DmaLog;
-use crate::net::{self, join, run, with_receiver, HdsStats, Nsim, NS_A, NS_B};
+use crate::net::{self, join, with_receiver, HdsStats, Nsim, NS_A, NS_B};
 use crate::pkt::{self, Ip, Tcp};
 use crate::stream::{check_zc, one_stream, report};
 use crate::{Env, TestFn};
@@ -177,9 +177,7 @@ fn csum_complete_stream(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    let ethtool = tryo!(net::ethtool());
-    let dev = n.b.clone();
-    tryo!(join(net::in_netns(NS_B, move || run(&ethtool, &["-K", &dev, "tso", "off", "gso", "off"], "").map(|_| ()))));
+    tryo!(net::ethtool_in(NS_B, &["-K", &n.b, "tso", "off", "gso", "off"]));
     tryo!(Nsim::csum_complete(1, true));
     let r = (|| -> Result<(), String> {
         for v6 in [false, true] {

@@ -437,15 +437,10 @@ fn unbind_then_bind_again(env: &Env) -> Outcome {
     tryo!(n.hds(true));
     let a_idx = n.a_idx;
     const PHASES: [(u32, u32, u16); 3] = [(0, 0, 7302), (1, 0, 7310), (2, 1, 7311)];
-    let ethtool = tryo!(crate::net::ethtool());
-    let dev = n.a.clone();
-    tryo!(join(in_netns(NS_A, move || {
-        for (_, q, port) in PHASES {
-            let (q, port) = (q.to_string(), port.to_string());
-            crate::net::run(&ethtool, &["-N", &dev, "flow-type", "tcp6", "dst-port", &port, "action", &q], "")?;
-        }
-        Ok::<_, String>(())
-    })));
+    for (_, q, port) in PHASES {
+        let (q, port) = (q.to_string(), port.to_string());
+        tryo!(crate::net::ethtool_in(NS_A, &["-N", &n.a, "flow-type", "tcp6", "dst-port", &port, "action", &q]));
+    }
     let before = [tryo!(n.stats(1, 0)), tryo!(n.stats(1, 1))];
     let log = tryo!(crate::devlog::DmaLog::start());
     let part = env.bytes(8 << 20);

@@ -73,9 +73,7 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(4));
     tryo!(n.hds(true));
-    let ethtool = tryo!(net::ethtool());
-    let dev = n.a.clone();
-    tryo!(join(in_netns(NS_A, move || net::run(&ethtool, &["-X", &dev, "equal", "4"], "").map(|_| ()))));
+    tryo!(net::ethtool_in(NS_A, &["-X", &n.a, "equal", "4"]));
 
     const FLOWS: usize = 16;
     const PORT: u16 = 7130;

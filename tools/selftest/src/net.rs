@@ -317,6 +317,13 @@ pub fn ethtool() -> Result<String, String> {
     Ok(format!("{cache}/ethtool/root/usr/sbin/ethtool"))
 }
 
+/// Runs [`ethtool`] with `args` in namespace `ns`; its output.
+pub fn ethtool_in(ns: &'static str, args: &[&str]) -> Result<String, String> {
+    let ethtool = ethtool()?;
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    join(in_netns(ns, move || run(&ethtool, &args.iter().map(String::as_str).collect::<Vec<_>>(), "")))
+}
+
 /// Address of the receiver.
 pub fn addr_a(v6: bool, port: u16) -> SocketAddr {
     let ip: IpAddr = if v6 { "2001:db8::1".parse().unwrap() } else { "192.0.2.1".parse().unwrap() };

@@ -442,9 +442,7 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     tryo!(Nsim::copybreak(1, 256));
-    let ethtool = tryo!(net::ethtool());
-    let b_dev = n.b.clone();
-    tryo!(join(in_netns(NS_B, move || net::run(&ethtool, &["-K", &b_dev, "tso", "off", "gso", "off"], "").map(|_| ()))));
+    tryo!(net::ethtool_in(NS_B, &["-K", &n.b, "tso", "off", "gso", "off"]));
     let a_dev = n.a.clone();
     tryo!(net::run(
         "ip",

@@ -197,9 +197,7 @@ fn tiny_area_backpressure(env: &Env) -> Outcome {
     // none arrives while the pool is dry: the segment that fills the hole
     // was dropped again at every retransmission (seen under a loaded host:
     // stalls of 30 s and more).
-    let ethtool = tryo!(net::ethtool());
-    let dev = n.a.clone();
-    tryo!(join(net::in_netns(net::NS_A, move || net::run(&ethtool, &["-K", &dev, "gro", "off"], "").map(|_| ()))));
+    tryo!(net::ethtool_in(net::NS_A, &["-K", &n.a, "gro", "off"]));
     let rcvbuf = (area / 4) as i32;
     let log = tryo!(DmaLog::start());
     let (rx, b, a, st) = tryo!(one_stream_rcvbuf(&n, env.bytes(32 << 20), area, 0, 0, true, 7003, 3, Some(rcvbuf)));
