@@ -35,6 +35,10 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// number of receivers).
 static PIECES: Mutex<Vec<Piece>> = Mutex::new(Vec::new());
 static PAGEMAP: OnceLock<Result<fs::File, String>> = OnceLock::new();
+/// A mapping pagemap cannot read (a dma-buf's: `VM_PFNMAP`, a hole to
+/// pagemap) and another mapping of the same pages (the memfd a udmabuf
+/// was made of): `(start, len, other start)`; see [`Alias`].
+static ALIAS: Mutex<Option<(u64, u64, u64)>> = Mutex::new(None);
 
 /// Called by receivers for each zero-copy record's bytes: notes where they
 /// are while a [`DmaLog`] is active, does nothing otherwise.
@@ -48,6 +52,32 @@ pub fn note(data: &[u8]) -> Result<(), String> {
         .map_err(Clone::clone)?;
     let mut v = PIECES.lock().unwrap_or_else(|e| e.into_inner());
     pieces_of(pm, data, &mut v)
+}
+
+/// While it lives, [`note`] finds the pages of bytes in `from` through
+/// `to`, a mapping of the same pages at the same offsets: a udmabuf area
+/// (records read through the dma-buf's mapping) seen through its memfd.
+/// It borrows `to`, which [`note`] reads.
+pub struct Alias<'a>(std::marker::PhantomData<&'a [u8]>);
+
+impl<'a> Alias<'a> {
+    pub fn new(from: &[u8], to: &'a [u8]) -> Result<Alias<'a>, String> {
+        if from.len() != to.len() {
+            return Err(format!("alias of {} bytes onto {}", from.len(), to.len()));
+        }
+        let mut a = ALIAS.lock().unwrap_or_else(|e| e.into_inner());
+        if a.is_some() {
+            return Err("an alias is already set".into());
+        }
+        *a = Some((from.as_ptr() as u64, from.len() as u64, to.as_ptr() as u64));
+        Ok(Alias(std::marker::PhantomData))
+    }
+}
+
+impl Drop for Alias<'_> {
+    fn drop(&mut self) {
+        *ALIAS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
 }
 
 /// One header-split write netdevsim logged: `(queue, DMA address, length)`.
@@ -132,11 +162,58 @@ impl DmaLog {
     }
 
     fn check_pieces(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64, pieces: Vec<Piece>) -> Result<String, String> {
+        let (pieces, writes, logged) = self.match_log(&|q| n.stats(1, q), queues, zc_bytes, pieces)?;
+        Ok(format!(
+            "device check: {pieces} zero-copy pieces matched to {writes} netdevsim writes on {} queue(s) \
+             ({logged} B logged = their dma_bytes)",
+            queues.len()
+        ))
+    }
+
+    /// For a receiver that runs longer than the log holds (the soak): the
+    /// [`DmaLog::check`] of queue `q` since `before`, at a moment nothing is
+    /// in flight (between streams), then the log started again and
+    /// `before` moved to now. Returns `(pieces, writes)` matched.
+    pub fn check_segment(&self, q: u32, before: &mut HdsStats, zc_bytes: u64) -> Result<(usize, usize), String> {
+        let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
+        let stats = |q| net::hds_stats(1, q);
+        let (p, w, _) = self.match_log(&stats, &[(q, *before)], zc_bytes, pieces)?;
+        self.restart(q, before)?;
+        Ok((p, w))
+    }
+
+    /// Empties the log with nothing in flight on queue `q` and sets `before`
+    /// to its counters now: counters, empty log, counters again; equal
+    /// counters mean no write came between, so the new log and `before`
+    /// agree (a late retransmission would be in one and not the other).
+    pub fn restart(&self, q: u32, before: &mut HdsStats) -> Result<(), String> {
+        PIECES.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        for _ in 0..20 {
+            let a = net::hds_stats(1, q)?;
+            fs::write(LOG, CAPACITY.to_string()).map_err(|e| format!("{LOG}: {e}"))?;
+            let b = net::hds_stats(1, q)?;
+            if a.dma_bytes == b.dma_bytes {
+                *before = b;
+                return Ok(());
+            }
+            sleep(Duration::from_millis(100));
+        }
+        Err(format!("queue {q}: netdevsim kept writing for 2 s with no stream: cannot restart the DMA log"))
+    }
+
+    /// The check itself: `(pieces, writes, bytes logged)`.
+    fn match_log(
+        &self,
+        stats: &dyn Fn(u32) -> Result<HdsStats, String>,
+        queues: &[(u32, HdsStats)],
+        zc_bytes: u64,
+        pieces: Vec<Piece>,
+    ) -> Result<(usize, usize, u64), String> {
         let noted: u64 = pieces.iter().map(|p| u64::from(p.1)).sum();
         if noted != zc_bytes {
             return Err(format!("receivers noted {noted} zero-copy bytes for the device check, counted {zc_bytes}"));
         }
-        let dma_now = || -> Result<Vec<u64>, String> { queues.iter().map(|(q, _)| n.stats(1, *q).map(|s| s.dma_bytes)).collect() };
+        let dma_now = || -> Result<Vec<u64>, String> { queues.iter().map(|(q, _)| stats(*q).map(|s| s.dma_bytes)).collect() };
         // stats, log, stats again: equal stats mean the log is of the
         // same moment (a late retransmission would be in one and not the
         // other)
@@ -169,13 +246,7 @@ impl DmaLog {
             return Err(format!("the DMA log has {elsewhere} writes on queues no receiver here was bound to"));
         }
         match_pieces(&pieces, &log)?;
-        Ok(format!(
-            "device check: {} zero-copy pieces matched to {} netdevsim writes on {} queue(s) \
-             ({logged_all} B logged = their dma_bytes)",
-            pieces.len(),
-            log.len(),
-            queues.len()
-        ))
+        Ok((pieces.len(), log.len(), logged_all))
     }
 }
 
@@ -223,9 +294,22 @@ fn pieces_of(pagemap: &fs::File, data: &[u8], out: &mut Vec<Piece>) -> Result<()
     let ps = zcrx::dev::page_size() as u64;
     let mut va = data.as_ptr() as u64;
     let mut left = data.len() as u64;
+    let alias = *ALIAS.lock().unwrap_or_else(|e| e.into_inner());
     while left > 0 {
         let chunk = left.min(ps - va % ps);
-        out.push((phys_of(pagemap, va)? + net::NSIM_DMA_OFFSET, chunk as u32));
+        let at = match alias {
+            Some((start, len, to)) if va >= start && va + chunk <= start + len => {
+                let at = to + (va - start);
+                // fault the page in (it is there: the exporter holds it), so
+                // that pagemap sees it mapped here
+                // SAFETY: `at` lies in `to` of `Alias::new`, which the live
+                // `Alias` borrows (it clears ALIAS on drop).
+                unsafe { std::ptr::read_volatile(at as *const u8) };
+                at
+            }
+            _ => va,
+        };
+        out.push((phys_of(pagemap, at)? + net::NSIM_DMA_OFFSET, chunk as u32));
         va += chunk;
         left -= chunk;
     }

@@ -302,6 +302,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
+    let log = tryo!(DmaLog::start());
     let port = 7324u16;
     let total = (SEGS * SEG) as u64 + REST;
     let pat = Arc::new(Pattern::new(u64::from(port)));
@@ -338,6 +339,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
                         }
                         got += u64::from(r.len);
                         if r.flags & ZCRX_RS_REC_COPY == 0 {
+                            crate::devlog::note(z.data(r))?;
                             zc += u64::from(r.len);
                             if !phase2 {
                                 bufs.insert(r.off / bs);
@@ -415,6 +417,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
     if first > Duration::from_secs(1) || gap > Duration::from_secs(5) {
         return Fail(format!("first data on CPU 1 after {:.1} s, longest wait for data {:.1} s", first.as_secs_f64(), gap.as_secs_f64()));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

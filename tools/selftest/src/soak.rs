@@ -23,7 +23,8 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{Pattern, Zcrx};
 
 use crate::common::{ensure_loaded, mib, vm_pinned_kb, wait_idle};
-use crate::net::{addr_a, connect, flow_seed, in_netns, join, receive, tcp_info_line, Nsim, NS_A, NS_B};
+use crate::devlog::DmaLog;
+use crate::net::{addr_a, connect, flow_seed, in_netns, join, receive, tcp_info_line, HdsStats, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("soak_streams_restarts_rebinds", soak)];
@@ -38,6 +39,10 @@ struct Counts {
     zc: u64,
     binds: u64,
     contexts: u64,
+    /// The device check: segments checked, pieces and writes matched.
+    segments: u64,
+    pieces: u64,
+    writes: u64,
 }
 
 /// Takes one stream: accept, go byte, receive to the end byte-exact. Each
@@ -101,6 +106,12 @@ fn soak(env: &Env) -> Outcome {
         let mut p = Zcrx::open().map_err(|e| e.to_string())?;
         p.register_area(32 << 20).map_err(|e| e.to_string())?;
         c.contexts += 1;
+        // The device check, one segment per round (the log holds 2^20
+        // writes, a long soak makes more): between rounds no stream is open.
+        let log = DmaLog::start()?;
+        let mut before = HdsStats::default();
+        log.restart(0, &mut before)?;
+        let mut zc0 = 0;
         let t0 = Instant::now();
         let mut last = Instant::now();
         while t0.elapsed() < Duration::from_secs(secs) {
@@ -120,6 +131,11 @@ fn soak(env: &Env) -> Outcome {
                 z.unbind().map_err(|e| format!("new context UNBIND: {e}"))?;
             }
             drop(z);
+            let (p, w) = log.check_segment(0, &mut before, c.zc - zc0).map_err(|e| format!("after {} streams: {e}", c.streams))?;
+            zc0 = c.zc;
+            c.pieces += p as u64;
+            c.writes += w as u64;
+            c.segments += 1;
             if last.elapsed() > Duration::from_secs(60) {
                 last = Instant::now();
                 eprintln!(
@@ -224,13 +240,17 @@ fn soak(env: &Env) -> Outcome {
     }
     env.diag(&format!(
         "soak {secs} s, {resets} queue resets: {} byte-exact in {} streams, {} zero-copy ({:.1}%), {} binds over \
-         {} contexts; counters and VmPin back to zero",
+         {} contexts; counters and VmPin back to zero; device check in {} segments: {} zero-copy pieces matched \
+         to {} netdevsim writes",
         mib(c.bytes),
         c.streams,
         mib(c.zc),
         100.0 * c.zc as f64 / c.bytes.max(1) as f64,
         c.binds,
-        c.contexts
+        c.contexts,
+        c.segments,
+        c.pieces,
+        c.writes
     ));
     Pass
 }

@@ -298,6 +298,7 @@ fn receive_urgent(z: &mut Zcrx, s: &std::net::TcpStream, exp: &mut Expect, read_
             if r.flags & ZCRX_RS_REC_COPY != 0 {
                 rx.copy_bytes += u64::from(r.len);
             } else {
+                crate::devlog::note(z.data(r))?;
                 rx.zc_bytes += u64::from(r.len);
             }
         }
@@ -341,9 +342,16 @@ fn receive_urgent(z: &mut Zcrx, s: &std::net::TcpStream, exp: &mut Expect, read_
     Ok(rx)
 }
 
+/// What [`urgent_stream`] returns: what the stream was expected to be and
+/// was, the receiver's counts, netdevsim's counters, the device, and (on
+/// the zero-copy path) the device check's line.
+type UrgentRun = (Expect, UrgRx, HdsStats, Nsim, Option<String>);
+
 /// One stream with urgent bytes into a zcrx-rs receiver bound to queue 0:
-/// `steer` sends the flow to the unbound queue 1 (the copy path).
-fn urgent_stream(env: &Env, steer: bool, oobinline: bool, port: u16, seed: u64) -> Result<(Expect, UrgRx, HdsStats, Nsim), String> {
+/// `steer` sends the flow to the unbound queue 1 (the copy path). On the
+/// zero-copy path, every zero-copy record is matched to netdevsim's writes
+/// ([`crate::devlog`]).
+fn urgent_stream(env: &Env, steer: bool, oobinline: bool, port: u16, seed: u64) -> Result<UrgentRun, String> {
     ensure_loaded(env)?;
     let n = if steer { Nsim::up_steered(2, Some(1))? } else { Nsim::up(1)? };
     n.hds(true)?;
@@ -351,6 +359,7 @@ fn urgent_stream(env: &Env, steer: bool, oobinline: bool, port: u16, seed: u64) 
     let plan = Arc::new(Plan::new(env.bytes(16 << 20), seed, &Source::Pat(pat.clone())));
     let q = if steer { 1 } else { 0 };
     let before = n.stats(1, q)?;
+    let log = if steer { None } else { Some(crate::devlog::DmaLog::start()?) };
     let (p2, plan2) = (pat.clone(), plan.clone());
     // More buffers than the stream has packets (each takes at least one,
     // and urgent mode sends them MSS-sized): the pool cannot run dry, so
@@ -375,7 +384,11 @@ fn urgent_stream(env: &Env, steer: bool, oobinline: bool, port: u16, seed: u64) 
     if rx.cpu > CPU_BOUND {
         return Err(format!("receiver used {:?} of CPU for {} (spinning?)", rx.cpu, mib(plan.bytes)));
     }
-    Ok((exp, rx, d, n))
+    let line = match &log {
+        Some(log) => Some(log.check(&n, q, &before, rx.zc_bytes)?),
+        None => None,
+    };
+    Ok((exp, rx, d, n, line))
 }
 
 fn describe(exp: &Expect, rx: &UrgRx, d: &HdsStats) -> String {
@@ -407,8 +420,9 @@ fn describe(exp: &Expect, rx: &UrgRx, d: &HdsStats) -> String {
 /// reader stops there, `recv(MSG_OOB)` says `EINVAL`: in-line); none is
 /// left once the stream is read.
 fn urgent_zero_copy_inline(env: &Env) -> Outcome {
-    let (exp, rx, d, n) = tryo!(urgent_stream(env, false, false, 7101, 101));
+    let (exp, rx, d, n, line) = tryo!(urgent_stream(env, false, false, 7101, 101));
     env.diag(&describe(&exp, &rx, &d));
+    env.diag(line.as_deref().unwrap_or("no device check"));
     if rx.zc_bytes == 0 || d.dma_bytes < rx.zc_bytes {
         return Fail(format!("zero-copy {} bytes, netdevsim DMA'd {}: not the zero-copy path", rx.zc_bytes, d.dma_bytes));
     }
@@ -457,6 +471,7 @@ fn urgent_mark_loop_zero_copy(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let before = tryo!(n.stats(1, 0));
+    let log = tryo!(crate::devlog::DmaLog::start());
     let port = 7109u16;
     let pat = Arc::new(Pattern::new(u64::from(port)));
     let p2 = pat.clone();
@@ -499,6 +514,7 @@ fn urgent_mark_loop_zero_copy(env: &Env) -> Outcome {
                 if r.flags & ZCRX_RS_REC_COPY != 0 {
                     copied += u64::from(r.len);
                 } else {
+                    crate::devlog::note(z.data(r))?;
                     zc += u64::from(r.len);
                 }
             }
@@ -568,6 +584,7 @@ fn urgent_mark_loop_zero_copy(env: &Env) -> Outcome {
     if end.as_ref().map_err(|e| e.raw_os_error()) != Err(Some(libc::EINVAL)) {
         return Fail(format!("recv(MSG_OOB) after the stream: {end:?}, expected EINVAL"));
     }
+    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -584,7 +601,7 @@ fn urgent_mark_loop_zero_copy(env: &Env) -> Outcome {
 /// exactly, with everything in the socket before the first call (see
 /// [`at_the_mark`]).
 fn urgent_copy_path(env: &Env) -> Outcome {
-    let (exp, rx, d, n) = tryo!(urgent_stream(env, true, false, 7102, 102));
+    let (exp, rx, d, n, _) = tryo!(urgent_stream(env, true, false, 7102, 102));
     env.diag(&describe(&exp, &rx, &d));
     if rx.zc_bytes != 0 {
         return Fail(format!("{} bytes zero-copy from a flow on the unbound queue", rx.zc_bytes));
@@ -603,7 +620,7 @@ fn urgent_copy_path(env: &Env) -> Outcome {
 /// (b) Copy path with SO_OOBINLINE: urgent bytes are stream data, every
 /// byte arrives; RECV still stops at the mark as recv() does.
 fn urgent_copy_path_oobinline(env: &Env) -> Outcome {
-    let (exp, rx, d, n) = tryo!(urgent_stream(env, true, true, 7103, 103));
+    let (exp, rx, d, n, _) = tryo!(urgent_stream(env, true, true, 7103, 103));
     env.diag(&describe(&exp, &rx, &d));
     if !exp.removed.is_empty() {
         return Fail(format!("urgent bytes missing with SO_OOBINLINE: {:?}", exp.removed));
