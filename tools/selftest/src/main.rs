@@ -49,6 +49,7 @@ mod teardown;
 mod tunnel;
 mod ulp;
 mod urgent;
+mod watchdog;
 
 use std::path::PathBuf;
 use std::process::exit;
@@ -286,9 +287,17 @@ fn main() {
     }
     let count = tests.len();
     let mut first = 0;
+    // Every test here takes a minute at most on the debug kernel, plus the
+    // time it is told to run: five minutes more is a hang
+    // (ZCRX_TEST_BUDGET=SECONDS sets another budget).
+    let budget = std::env::var("ZCRX_TEST_BUDGET").ok().and_then(|v| v.parse().ok());
+    let budget = std::time::Duration::from_secs(budget.unwrap_or(300 + env.fuzz_seconds + env.fuzz_net_seconds + env.soak_seconds));
+    let dog = watchdog::Watchdog::start();
     for (i, (name, f)) in tests.into_iter().enumerate() {
         let t0 = std::time::Instant::now();
+        dog.start_test(name, budget, k.next_number());
         let o = f(&env);
+        dog.done();
         k.diag(&format!("{name}: {:.1} s", t0.elapsed().as_secs_f64()));
         k.result(name, &o);
         if fail_fast && matches!(o, Outcome::Fail(_)) {

@@ -69,6 +69,11 @@ impl<W: Write> Ktap<W> {
         let _ = self.out.flush();
     }
 
+    /// The number the next result will have.
+    pub fn next_number(&self) -> usize {
+        self.n + 1
+    }
+
     /// Records the result of the next test.
     pub fn result(&mut self, name: &str, outcome: &Outcome) {
         self.n += 1;
