@@ -85,7 +85,7 @@ use crate::common::{ensure_loaded, mib, wait_idle};
 use crate::forward::Router;
 use crate::fuzz::Rng;
 use crate::net::{connect, in_netns, join, run, with_receiver, Nsim, NS_A, NS_B};
-use crate::pkt::{self, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
+use crate::pkt::{self, Csum, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -100,6 +100,9 @@ const GARBAGE_PORT: u16 = 7401;
 const MD5_PORT: u16 = 7404;
 /// The port ESP protects (`esp.rs`'s SAs, offloaded to netdevsim).
 const ESP_PORT: u16 = 7409;
+/// The TCP port of the tunnel-mode and the ESP-in-UDP SA's policies.
+const ESP_PORT_TUNNEL: u16 = 7410;
+const ESP_PORT_UDP: u16 = 7411;
 const AO_PORT: u16 = 7405;
 const PHANTOM4: &str = "192.0.2.77";
 const PHANTOM6: &str = "2001:db8::77";
@@ -613,29 +616,44 @@ impl Attacker {
         self.end_conn(s);
     }
 
-    /// ESP in transport mode from nsb's own address to the SAs nsa
-    /// offloads to netdevsim (`esp.rs`; netdevsim "decrypts" what its SPI
-    /// names and splits it, leaving the trailer in the area): 1 to 6
-    /// packets of one flow to [`ESP_PORT`] (or another port), the SPI
-    /// mostly right, any sequence numbers, a TCP segment of any flags and
-    /// payload, then padding and a pad length that mostly agree, a next
-    /// header that is mostly TCP, and a random ICV.
+    /// ESP from nsb's own address to the SAs nsa offloads to netdevsim
+    /// (`esp.rs`; netdevsim "decrypts" what its SPI names and splits it,
+    /// leaving the trailer in the area): in transport mode to [`ESP_PORT`]
+    /// (class `esp`), in tunnel mode to [`ESP_PORT_TUNNEL`] (`esp_tunnel`:
+    /// the segment in an inner datagram of the same addresses) or in UDP
+    /// (`esp_udp`: to [`crate::esp::NATT_PORT`], tunnel mode, to
+    /// [`ESP_PORT_UDP`]). 1 to 6 packets of one flow to that port (or
+    /// another), the SPI mostly that of the mode's SA, any sequence
+    /// numbers, a TCP segment of any flags and payload, then padding and a
+    /// pad length that mostly agree, a next header that is mostly right,
+    /// and a random ICV.
     fn esp(&mut self, class: &'static str) {
-        use crate::esp::{SPI4, SPI6};
+        use crate::esp::Mode;
+        let mode = match class {
+            "esp_tunnel" => Mode::Tunnel,
+            "esp_udp" => Mode::Udp,
+            _ => Mode::Transport,
+        };
         let v6 = self.rng.pct(50);
         let mut ip = if v6 { Ip::new("2001:db8::2", "2001:db8::1") } else { Ip::new("192.0.2.2", "192.0.2.1") };
         ip.id = self.rng.next() as u16;
         let spi = if self.rng.pct(90) {
+            let (s4, s6) = mode.spis();
             if v6 {
-                SPI6
+                s6
             } else {
-                SPI4
+                s4
             }
         } else {
             self.rng.next() as u32
         };
         let sport = 1024 + self.rng.below(60000) as u16;
-        let dport = if self.rng.pct(80) { ESP_PORT } else { self.rng.pick(&[VALID_PORT, GARBAGE_PORT, 9]) };
+        let port = match mode {
+            Mode::Transport => ESP_PORT,
+            Mode::Tunnel => ESP_PORT_TUNNEL,
+            Mode::Udp => ESP_PORT_UDP,
+        };
+        let dport = if self.rng.pct(80) { port } else { self.rng.pick(&[VALID_PORT, GARBAGE_PORT, ESP_PORT, 9]) };
         let mut seq = self.rng.next() as u32;
         for _ in 0..1 + self.rng.below(6) {
             let n = self.rng.below(1300) as usize;
@@ -643,7 +661,14 @@ impl Attacker {
             let flags = self.rng.pick(&[SYN, ACK | PSH, ACK, ACK | FIN, any]);
             let t = Tcp { seq, flags, win: 65535, ..Tcp::data(sport, dport, self.payload(n)) };
             seq = seq.wrapping_add(n as u32);
-            let seg = pkt::tcp_segment(&ip, &t);
+            let (seg, right) = match mode {
+                Mode::Tunnel | Mode::Udp => {
+                    let mut inner = ip;
+                    inner.id = self.rng.next() as u16;
+                    (pkt::tcp_datagram(&inner, &t), if v6 { 41 } else { 4 })
+                }
+                _ => (pkt::tcp_segment(&ip, &t), 6),
+            };
             let mut e = Vec::with_capacity(seg.len() + 64);
             e.extend_from_slice(&spi.to_be_bytes());
             e.extend_from_slice(&(self.rng.next() as u32).to_be_bytes());
@@ -654,10 +679,18 @@ impl Attacker {
             e.extend((1..=pad).map(|i| i as u8));
             let padlen = if self.rng.pct(90) { pad as u8 } else { self.rng.next() as u8 };
             let any = self.rng.next() as u8;
-            let next = if self.rng.pct(85) { 6 } else { self.rng.pick(&[17u8, 41, 4, 59, any]) };
+            let next = if self.rng.pct(85) { right } else { self.rng.pick(&[6u8, 17, 41, 4, 59, any]) };
             e.extend_from_slice(&[padlen, next]);
             e.extend(self.payload(16)); // ICV
-            let d = pkt::ip_datagram(&ip, libc::IPPROTO_ESP as u8, &e);
+            let d = match mode {
+                Mode::Udp => {
+                    let natt = crate::esp::NATT_PORT;
+                    let sp = if self.rng.pct(90) { natt } else { self.rng.next() as u16 };
+                    let csum = if self.rng.pct(80) { Csum::Absent } else { self.rng.pick(&[Csum::Right, Csum::Wrong]) };
+                    pkt::udp_datagram(&ip, sp, natt, &e, csum)
+                }
+                _ => pkt::ip_datagram(&ip, libc::IPPROTO_ESP as u8, &e),
+            };
             ip.id = ip.id.wrapping_add(1);
             let lpad = if self.rng.pct(10) { 1 + self.rng.below(32) as usize } else { 0 };
             self.send(class, v6, &d, lpad);
@@ -684,11 +717,28 @@ impl Attacker {
             self.note(what);
         }
         let class = self.rng.pick(&[
-            "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix",
-            "back_out", "signed", "tunnel", "mptcp", "ktls", "esp",
+            "options",
+            "urgent",
+            "reorder",
+            "frag",
+            "forward",
+            "bad_csum",
+            "padding",
+            "rst_fin",
+            "flags",
+            "zero_win",
+            "gro_mix",
+            "back_out",
+            "signed",
+            "tunnel",
+            "mptcp",
+            "ktls",
+            "esp",
+            "esp_tunnel",
+            "esp_udp",
         ]);
         match class {
-            "esp" => self.esp(class),
+            "esp" | "esp_tunnel" | "esp_udp" => self.esp(class),
             "tunnel" => self.tunnel(class),
             "mptcp" => self.mptcp(class),
             "ktls" => self.ktls(class),
@@ -1273,6 +1323,9 @@ fn fuzz_remote(env: &Env) -> Outcome {
     tryo!(crate::forward::back_out_up(&n));
     tryo!(crate::tunnel::tunnels_up());
     tryo!(crate::esp::esp_up(&n, Some(ESP_PORT)));
+    tryo!(crate::esp::esp_up_mode(&n, Some(ESP_PORT_TUNNEL), crate::esp::Mode::Tunnel));
+    tryo!(crate::esp::esp_up_mode(&n, Some(ESP_PORT_UDP), crate::esp::Mode::Udp));
+    let _natt = tryo!(crate::esp::natt_socket());
     let mac_a = tryo!(phantom_up(&n));
     let (probes, unprobed) = Probes::new();
     let hits0 = probes.hits();
@@ -1373,8 +1426,25 @@ fn fuzz_remote(env: &Env) -> Outcome {
     ));
     // `make fuzz-net`'s bar: every class sent at least 1000 times.
     let classes = [
-        "options", "urgent", "reorder", "frag", "forward", "bad_csum", "padding", "rst_fin", "flags", "zero_win", "gro_mix", "back_out",
-        "signed", "tunnel", "mptcp", "ktls", "esp",
+        "options",
+        "urgent",
+        "reorder",
+        "frag",
+        "forward",
+        "bad_csum",
+        "padding",
+        "rst_fin",
+        "flags",
+        "zero_win",
+        "gro_mix",
+        "back_out",
+        "signed",
+        "tunnel",
+        "mptcp",
+        "ktls",
+        "esp",
+        "esp_tunnel",
+        "esp_udp",
     ];
     let few: Vec<String> = classes
         .iter()
@@ -1460,7 +1530,8 @@ fn fuzz_remote(env: &Env) -> Outcome {
     }
     env.diag(&format!("signed segments dropped by the victim: TCPMD5Failure {md5_bad}, TCPAOBad {ao_bad}"));
     env.diag(&format!("ESP packets dropped by the victim: XfrmInStateProtoError {xfrm_err}"));
-    if sent.get("esp").copied().unwrap_or(0) > 0 && xfrm_err == 0 {
+    let esp_sent: u64 = ["esp", "esp_tunnel", "esp_udp"].iter().map(|c| sent.get(c).copied().unwrap_or(0)).sum();
+    if esp_sent > 0 && xfrm_err == 0 {
         return Fail("ESP packets were sent, but none was dropped as malformed or unreadable".into());
     }
     if sent.get("signed").copied().unwrap_or(0) > 0 && md5_bad + ao_bad == 0 {
