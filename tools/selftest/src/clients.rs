@@ -147,7 +147,7 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
         return Fail(format!("netdevsim DMA'd {} B < {zc} B the example says came zero-copy", d.dma_bytes));
     }
     // Every zero-copy record the example got, in a write netdevsim made.
-    env.diag(&tryo!(log.check_process(&n, 0, &before, zc, &note)));
+    env.diag(&tryo!(log.check_process(0, zc, &note)));
     drop(log);
     tryo!(wait_idle(Duration::from_secs(30)));
     Pass
@@ -156,7 +156,7 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
 /// Spawns `cmd` with stdout read line by line into a channel; waits (a
 /// bound, not a deadline) for its first line, which must start with
 /// `ready`.
-fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Receiver<String>), String> {
+pub(crate) fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Receiver<String>), String> {
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
     let stdout = child.stdout.take().expect("piped");
     let (tx, rx) = channel();
@@ -336,7 +336,7 @@ fn curl_uploads(env: &Env, server: &std::path::Path, src: &std::path::Path, dst:
     if zc_all < zc {
         return Err(format!("{total}: fewer zero-copy bytes than the bodies' {zc}"));
     }
-    let device = log.check_process(&n, 0, &before, zc_all, &note)?;
+    let device = log.check_process(0, zc_all, &note)?;
     drop(log);
     wait_idle(Duration::from_secs(30))?;
     Ok(format!(

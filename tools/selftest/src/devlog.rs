@@ -18,10 +18,8 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::thread::sleep;
-use std::time::Duration;
 
-use crate::net::{self, HdsStats, Nsim};
+use crate::net;
 
 const LOG: &str = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
 /// What patch 49 lets the log hold.
@@ -54,29 +52,46 @@ pub fn note(data: &[u8]) -> Result<(), String> {
     pieces_of(pm, data, &mut v)
 }
 
-/// While it lives, [`note`] finds the pages of bytes in `from` through
-/// `to`, a mapping of the same pages at the same offsets: a udmabuf area
-/// (records read through the dma-buf's mapping) seen through its memfd.
-/// It borrows `to`, which [`note`] reads.
-pub struct Alias<'a>(std::marker::PhantomData<&'a [u8]>);
+/// While it lives, [`note`] finds the pages of bytes in the range `from`
+/// through its own read-only mapping of `fd` (the same pages at the same
+/// offsets): a udmabuf area (records read through the dma-buf's mapping,
+/// which pagemap cannot read) seen through its memfd. The mapping is the
+/// alias's own: it goes only after the alias is unset (a forgotten alias
+/// leaks it, and stays valid).
+pub struct Alias {
+    map: *mut libc::c_void,
+    len: usize,
+}
 
-impl<'a> Alias<'a> {
-    pub fn new(from: &[u8], to: &'a [u8]) -> Result<Alias<'a>, String> {
-        if from.len() != to.len() {
-            return Err(format!("alias of {} bytes onto {}", from.len(), to.len()));
+impl Alias {
+    pub fn new(from: &[u8], fd: &std::os::fd::OwnedFd) -> Result<Alias, String> {
+        use std::os::fd::AsRawFd;
+        let len = from.len();
+        // SAFETY: a new shared read-only mapping of our fd; nothing else is
+        // at the address the kernel picks.
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if map == libc::MAP_FAILED {
+            return Err(format!("mmap for the alias: {}", std::io::Error::last_os_error()));
         }
+        let alias = Alias { map, len };
         let mut a = ALIAS.lock().unwrap_or_else(|e| e.into_inner());
         if a.is_some() {
             return Err("an alias is already set".into());
         }
-        *a = Some((from.as_ptr() as u64, from.len() as u64, to.as_ptr() as u64));
-        Ok(Alias(std::marker::PhantomData))
+        *a = Some((from.as_ptr() as u64, len as u64, map as u64));
+        Ok(alias)
     }
 }
 
-impl Drop for Alias<'_> {
+impl Drop for Alias {
     fn drop(&mut self) {
-        *ALIAS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let mut a = ALIAS.lock().unwrap_or_else(|e| e.into_inner());
+        if a.is_some_and(|(_, _, to)| to == self.map as u64) {
+            *a = None;
+        }
+        // SAFETY: our mapping, no longer in ALIAS (whose lock we hold, so
+        // no reader is in it either).
+        unsafe { libc::munmap(self.map, self.len) };
     }
 }
 
@@ -99,51 +114,61 @@ impl DmaLog {
         Ok(DmaLog(()))
     }
 
-    /// The writes logged so far, and how many found the log full.
-    pub fn read(&self) -> Result<(Vec<DmaWrite>, u64), String> {
+    /// The log as netdevsim printed it: the writes logged so far, the
+    /// payload bytes header split wrote per queue since the log started
+    /// (counted with the writes, under one lock: the two are of one
+    /// moment), and how many writes found the log full.
+    pub fn read(&self) -> Result<Snapshot, String> {
         let t = fs::read_to_string(LOG).map_err(|e| format!("{LOG}: {e}"))?;
-        let mut v = Vec::new();
+        let mut snap = Snapshot::default();
         let mut lost = None;
+        let bad = |l: &str| format!("{LOG}: {l:?}");
         for l in t.lines() {
             let w: Vec<&str> = l.split_whitespace().collect();
             match w.as_slice() {
-                ["queue", q, "dma", d, "len", n] => v.push((
-                    q.parse().map_err(|_| format!("{LOG}: {l:?}"))?,
-                    u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| format!("{LOG}: {l:?}"))?,
-                    n.parse().map_err(|_| format!("{LOG}: {l:?}"))?,
+                ["queue", q, "dma", d, "len", n] => snap.writes.push((
+                    q.parse().map_err(|_| bad(l))?,
+                    u64::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| bad(l))?,
+                    n.parse().map_err(|_| bad(l))?,
                 )),
-                ["lost", n] => lost = Some(n.parse().map_err(|_| format!("{LOG}: {l:?}"))?),
+                ["bytes", q, n] => {
+                    snap.bytes.insert(q.parse().map_err(|_| bad(l))?, n.parse().map_err(|_| bad(l))?);
+                }
+                ["lost", n] => lost = Some(n.parse().map_err(|_| bad(l))?),
                 _ => return Err(format!("{LOG}: unexpected line {l:?}")),
             }
         }
-        Ok((v, lost.ok_or(format!("{LOG}: no lost line"))?))
+        snap.lost = lost.ok_or(format!("{LOG}: no lost line"))?;
+        if snap.bytes.is_empty() {
+            return Err(format!("{LOG}: no per-queue byte counts (netdevsim older than the series' patch 49?)"));
+        }
+        Ok(snap)
     }
 
     /// Checks the zero-copy records the receivers on queue `q` got since
     /// [`DmaLog::start`] (their pieces, [`note`]) against the log: the log
-    /// lost nothing, its bytes on `q` equal netdevsim's `dma_bytes` since
-    /// `before`, nothing was written on another queue, and every piece
-    /// lies in a write of its buffer (see [`match_pieces`]). `zc_bytes`:
-    /// what the receivers counted as zero-copy, which the pieces must add
-    /// up to. Returns a line for the test's diagnostics.
-    pub fn check(&self, n: &Nsim, q: u32, before: &HdsStats, zc_bytes: u64) -> Result<String, String> {
-        self.check_queues(n, &[(q, *before)], zc_bytes)
+    /// lost nothing, its writes on `q` add up to the bytes netdevsim
+    /// counted there, nothing was written on another queue, and every
+    /// piece lies in a write of its buffer (see [`match_pieces`]).
+    /// `zc_bytes`: what the receivers counted as zero-copy, which the
+    /// pieces must add up to. Returns a line for the test's diagnostics.
+    pub fn check(&self, q: u32, zc_bytes: u64) -> Result<String, String> {
+        self.check_queues(&[q], zc_bytes)
     }
 
-    /// [`DmaLog::check`] for receivers on several queues of netdevsim 1
-    /// (`queues`: each with its counters at the start): each queue's
-    /// logged bytes equal its `dma_bytes`, nothing was written on a queue
-    /// not listed, and every piece lies in a write of its buffer, whichever
-    /// queue made it (one area serves them all).
-    pub fn check_queues(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64) -> Result<String, String> {
+    /// [`DmaLog::check`] for receivers on several queues of netdevsim 1:
+    /// each queue's writes add up to its count, nothing was written on a
+    /// queue not listed, and every piece lies in a write of its buffer,
+    /// whichever queue made it (one area serves them all).
+    pub fn check_queues(&self, queues: &[u32], zc_bytes: u64) -> Result<String, String> {
         let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
-        self.check_pieces(n, queues, zc_bytes, pieces)
+        self.check_pieces(queues, zc_bytes, pieces)
     }
 
     /// [`DmaLog::check`] for a receiver in another process that ran with
     /// [`RecNote::env`]: its pieces are in the file `tools/selftest/recnote.c`
     /// wrote for it.
-    pub fn check_process(&self, n: &Nsim, q: u32, before: &HdsStats, zc_bytes: u64, note: &RecNote) -> Result<String, String> {
+    pub fn check_process(&self, q: u32, zc_bytes: u64, note: &RecNote) -> Result<String, String> {
         let t = fs::read_to_string(&note.0).map_err(|e| format!("{}: {e} (did the receiver run with recnote?)", note.0))?;
         let mut pieces = Vec::new();
         for l in t.lines() {
@@ -157,97 +182,74 @@ impl DmaLog {
                 _ => return Err(format!("{}: unexpected line {l:?}", note.0)),
             }
         }
-        let line = self.check_pieces(n, &[(q, *before)], zc_bytes, pieces)?;
+        let line = self.check_pieces(&[q], zc_bytes, pieces)?;
         Ok(format!("{line}; noted in the receiver's process"))
     }
 
-    fn check_pieces(&self, n: &Nsim, queues: &[(u32, HdsStats)], zc_bytes: u64, pieces: Vec<Piece>) -> Result<String, String> {
-        let (pieces, writes, logged) = self.match_log(&|q| n.stats(1, q), queues, zc_bytes, pieces)?;
+    fn check_pieces(&self, queues: &[u32], zc_bytes: u64, pieces: Vec<Piece>) -> Result<String, String> {
+        let (pieces, writes, logged) = self.match_log(queues, zc_bytes, pieces)?;
         Ok(format!(
             "device check: {pieces} zero-copy pieces matched to {writes} netdevsim writes on {} queue(s) \
-             ({logged} B logged = their dma_bytes)",
+             ({logged} B logged = what netdevsim counted)",
             queues.len()
         ))
     }
 
     /// For a receiver that runs longer than the log holds (the soak): the
-    /// [`DmaLog::check`] of queue `q` since `before`, at a moment nothing is
-    /// in flight (between streams), then the log started again and
-    /// `before` moved to now. Returns `(pieces, writes)` matched.
-    pub fn check_segment(&self, q: u32, before: &mut HdsStats, zc_bytes: u64) -> Result<(usize, usize), String> {
+    /// [`DmaLog::check`] of queue `q`, at a moment no stream is open, then
+    /// the log started again. Returns `(pieces, writes)` matched.
+    pub fn check_segment(&self, q: u32, zc_bytes: u64) -> Result<(usize, usize), String> {
         let pieces = std::mem::take(&mut *PIECES.lock().unwrap_or_else(|e| e.into_inner()));
-        let stats = |q| net::hds_stats(1, q);
-        let (p, w, _) = self.match_log(&stats, &[(q, *before)], zc_bytes, pieces)?;
-        self.restart(q, before)?;
+        let (p, w, _) = self.match_log(&[q], zc_bytes, pieces)?;
+        self.restart()?;
         Ok((p, w))
     }
 
-    /// Empties the log with nothing in flight on queue `q` and sets `before`
-    /// to its counters now: counters, empty log, counters again; equal
-    /// counters mean no write came between, so the new log and `before`
-    /// agree (a late retransmission would be in one and not the other).
-    pub fn restart(&self, q: u32, before: &mut HdsStats) -> Result<(), String> {
+    /// Starts the log again, empty, and forgets the pieces noted so far.
+    /// The log's counts start again with it, under netdevsim's lock: a
+    /// late write is in both or in neither.
+    pub fn restart(&self) -> Result<(), String> {
+        fs::write(LOG, CAPACITY.to_string()).map_err(|e| format!("{LOG}: {e}"))?;
         PIECES.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        for _ in 0..20 {
-            let a = net::hds_stats(1, q)?;
-            fs::write(LOG, CAPACITY.to_string()).map_err(|e| format!("{LOG}: {e}"))?;
-            let b = net::hds_stats(1, q)?;
-            if a.dma_bytes == b.dma_bytes {
-                *before = b;
-                return Ok(());
-            }
-            sleep(Duration::from_millis(100));
-        }
-        Err(format!("queue {q}: netdevsim kept writing for 2 s with no stream: cannot restart the DMA log"))
+        Ok(())
     }
 
     /// The check itself: `(pieces, writes, bytes logged)`.
-    fn match_log(
-        &self,
-        stats: &dyn Fn(u32) -> Result<HdsStats, String>,
-        queues: &[(u32, HdsStats)],
-        zc_bytes: u64,
-        pieces: Vec<Piece>,
-    ) -> Result<(usize, usize, u64), String> {
+    fn match_log(&self, queues: &[u32], zc_bytes: u64, pieces: Vec<Piece>) -> Result<(usize, usize, u64), String> {
         let noted: u64 = pieces.iter().map(|p| u64::from(p.1)).sum();
         if noted != zc_bytes {
             return Err(format!("receivers noted {noted} zero-copy bytes for the device check, counted {zc_bytes}"));
         }
-        let dma_now = || -> Result<Vec<u64>, String> { queues.iter().map(|(q, _)| stats(*q).map(|s| s.dma_bytes)).collect() };
-        // stats, log, stats again: equal stats mean the log is of the
-        // same moment (a late retransmission would be in one and not the
-        // other)
-        let mut tries = 0;
-        let (after, log) = loop {
-            let a = dma_now()?;
-            let log = self.read();
-            let b = dma_now()?;
-            tries += 1;
-            if a == b || tries == 20 {
-                break (b, log?);
-            }
-            sleep(Duration::from_millis(100));
-        };
-        let (log, lost) = log;
-        if lost != 0 {
-            return Err(format!("the DMA log lost {lost} writes: the device check would be incomplete"));
+        let snap = self.read()?;
+        if snap.lost != 0 {
+            return Err(format!("the DMA log lost {} writes: the device check would be incomplete", snap.lost));
         }
         let mut logged_all = 0;
-        for ((q, before), after) in queues.iter().zip(&after) {
-            let logged: u64 = log.iter().filter(|e| e.0 == *q).map(|e| u64::from(e.2)).sum();
-            let counted = after - before.dma_bytes;
+        for (&q, &counted) in &snap.bytes {
+            let logged: u64 = snap.writes.iter().filter(|e| e.0 == q).map(|e| u64::from(e.2)).sum();
             if logged != counted {
                 return Err(format!("the DMA log has {logged} bytes on queue {q}, netdevsim counted {counted}"));
             }
+            if logged != 0 && !queues.contains(&q) {
+                return Err(format!("the DMA log has {logged} bytes on queue {q}, which no receiver here was bound to"));
+            }
             logged_all += logged;
         }
-        let elsewhere = log.iter().filter(|e| !queues.iter().any(|(q, _)| *q == e.0)).count();
-        if elsewhere != 0 {
-            return Err(format!("the DMA log has {elsewhere} writes on queues no receiver here was bound to"));
+        if let Some(e) = snap.writes.iter().find(|e| !snap.bytes.contains_key(&e.0)) {
+            return Err(format!("the DMA log has a write on queue {}, for which it has no count", e.0));
         }
-        match_pieces(&pieces, &log)?;
-        Ok((pieces.len(), log.len(), logged_all))
+        match_pieces(&pieces, &snap.writes)?;
+        Ok((pieces.len(), snap.writes.len(), logged_all))
     }
+}
+
+/// What [`DmaLog::read`] read.
+#[derive(Default)]
+pub struct Snapshot {
+    pub writes: Vec<DmaWrite>,
+    /// Per queue: payload bytes header split wrote since the log started.
+    pub bytes: BTreeMap<u32, u64>,
+    pub lost: u64,
 }
 
 /// The file a receiver in another process notes its zero-copy pieces in
@@ -294,16 +296,19 @@ fn pieces_of(pagemap: &fs::File, data: &[u8], out: &mut Vec<Piece>) -> Result<()
     let ps = zcrx::dev::page_size() as u64;
     let mut va = data.as_ptr() as u64;
     let mut left = data.len() as u64;
-    let alias = *ALIAS.lock().unwrap_or_else(|e| e.into_inner());
+    // held while reading through the alias: its mapping goes only after
+    // the alias is unset, under this lock
+    let alias = ALIAS.lock().unwrap_or_else(|e| e.into_inner());
     while left > 0 {
         let chunk = left.min(ps - va % ps);
-        let at = match alias {
+        let at = match *alias {
             Some((start, len, to)) if va >= start && va + chunk <= start + len => {
                 let at = to + (va - start);
                 // fault the page in (it is there: the exporter holds it), so
                 // that pagemap sees it mapped here
-                // SAFETY: `at` lies in `to` of `Alias::new`, which the live
-                // `Alias` borrows (it clears ALIAS on drop).
+                // SAFETY: `at` lies in the mapping of the `Alias` that set
+                // ALIAS, which unmaps it only after unsetting ALIAS under the
+                // lock we hold (and never, if the alias was forgotten).
                 unsafe { std::ptr::read_volatile(at as *const u8) };
                 at
             }

@@ -93,6 +93,17 @@ pub(crate) fn esp_up(n: &Nsim, dport: Option<u16>) -> Result<(), String> {
 /// [`esp_up`] in `mode`, with its SPIs ([`Mode::spis`]). Several modes at
 /// once need a `dport` each: their policies would select the same traffic.
 pub(crate) fn esp_up_mode(n: &Nsim, dport: Option<u16>, mode: Mode) -> Result<(), String> {
+    esp_setup(n, dport, mode, false)
+}
+
+/// [`esp_up_mode`] for a peer that crafts its ESP frames itself, in the
+/// clear (the remote fuzzer): every receive SA offloaded to netdevsim, the
+/// IPv6 one of ESP in UDP too.
+pub(crate) fn esp_up_crafted(n: &Nsim, dport: Option<u16>, mode: Mode) -> Result<(), String> {
+    esp_setup(n, dport, mode, true)
+}
+
+fn esp_setup(n: &Nsim, dport: Option<u16>, mode: Mode, crafted: bool) -> Result<(), String> {
     let sel = dport.map(|p| format!(" dport {p}")).unwrap_or_default();
     let (spi4, spi6) = mode.spis();
     let reqid = 7 + mode as u32;
@@ -112,8 +123,11 @@ pub(crate) fn esp_up_mode(n: &Nsim, dport: Option<u16>, mode: Mode) -> Result<()
             // for it: before series patch 52 the first packet crashed
             // esp6_xmit()): netdevsim cannot take it as decrypted, so nsa
             // decrypts it itself.
-            let offload =
-                if mode == Mode::Udp && plen == 128 && dir == "in" { String::new() } else { format!(" offload dev {dev} dir {dir}") };
+            let offload = if mode == Mode::Udp && plen == 128 && dir == "in" && !crafted {
+                String::new()
+            } else {
+                format!(" offload dev {dev} dir {dir}")
+            };
             cmds[i] += &format!(
                 "xfrm state add src {src} dst {dst} proto esp spi {spi:#x} reqid {reqid} mode {how}{encap} \
                  aead rfc4106(gcm(aes)) {KEY} 128{offload}\n\
@@ -236,6 +250,7 @@ fn esp_mode(env: &Env, n: &Nsim, mode: Mode, port: u16) -> Result<(), String> {
             let mut s = connect(addr_a(v6, port), Duration::from_secs(30))?;
             s.write_all(&d2).map_err(|e| format!("write: {e}"))
         }));
+        let udp0 = Snmp::read(NS_A)?;
         let got = join(plain).map_err(|e| format!("{m}: receiver: {e}; sender: {sent:?}; {}", xfrm_report()))?;
         sent?;
         rx1 = ipsec_rx()?;
@@ -247,6 +262,14 @@ fn esp_mode(env: &Env, n: &Nsim, mode: Mode, port: u16) -> Result<(), String> {
         ));
         if got != data {
             return Err(format!("{m}, no provider, {fam}: received {} bytes, not the {bytes} sent byte for byte", got.len()));
+        }
+        // ESP in UDP came in UDP (an SA with encap takes bare ESP too)
+        if mode == Mode::Udp {
+            let key = if v6 { "Udp6InDatagrams" } else { "Udp:InDatagrams" };
+            let udp = Snmp::read(NS_A)?.since(&udp0, key)?;
+            if udp == 0 {
+                return Err(format!("{m}, no provider, {fam}: {key} did not move: the ESP did not come in UDP"));
+            }
         }
         // (IPv6 ESP in UDP: decrypted by nsa's stack, see esp_up_mode)
         if rx1 == rx0 && !(v6 && mode == Mode::Udp) {

@@ -268,7 +268,6 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         let port = 7401 + i;
         // The device check (records in writes netdevsim logged), started
         // before the fault knobs so that its allocation cannot fail.
-        let before = tryo!(n.stats(1, 0));
         let log = tryo!(DmaLog::start());
         let rx = with_receiver(a_idx, 0, 8 << 20, port, true, move |z, l| {
             let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
@@ -316,7 +315,7 @@ fn fault_injection_every_allocation(env: &Env) -> Outcome {
         if rx.bytes != bytes || rx.zc_bytes != bytes {
             return Fail(format!("stream after the injections: {} of {bytes} bytes, {} zero-copy: all must be", rx.bytes, rx.zc_bytes));
         }
-        env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+        env.diag(&tryo!(log.check(0, rx.zc_bytes)));
         drop(log);
         env.diag(&format!(
             "then a stream{}: {} bytes byte-exact, {} zero-copy, {} copied",

@@ -137,7 +137,6 @@ fn dry_pool_drops_then_recovers(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    let before = tryo!(n.stats(1, 0));
     let log = tryo!(crate::devlog::DmaLog::start());
     let (rx, d, drops) = tryo!(stream_through_dry_pool(&n, false, 7320));
     env.diag(&format!(
@@ -158,7 +157,7 @@ fn dry_pool_drops_then_recovers(env: &Env) -> Outcome {
     }
     // Each record (held until the pool ran dry, or after) in a write
     // netdevsim logged.
-    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    env.diag(&tryo!(log.check(0, rx.zc_bytes)));
     drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
@@ -260,7 +259,7 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     if zc != got {
         return Fail(format!("{} of {got} bytes copied: all must be zero-copy", got - zc));
     }
-    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    env.diag(&tryo!(log.check(0, zc)));
     drop(log);
     // Recovery within retransmission timeouts (0.02-0.22 s seen), not
     // SO_RCVTIMEO's 10 s: a RECV that slept through the dry spell (no
@@ -417,7 +416,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
     if first > Duration::from_secs(1) || gap > Duration::from_secs(5) {
         return Fail(format!("first data on CPU 1 after {:.1} s, longest wait for data {:.1} s", first.as_secs_f64(), gap.as_secs_f64()));
     }
-    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    env.diag(&tryo!(log.check(0, zc)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -462,7 +461,6 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     let port = 7325u16;
     let pat = Arc::new(Pattern::new(u64::from(port)));
     let p2 = pat.clone();
-    let before = tryo!(n.stats(1, 0));
     let log = tryo!(crate::devlog::DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
@@ -503,7 +501,7 @@ fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
     }
     // The split ones' records in writes netdevsim logged (the readable
     // ones were copied: they are in no buffer of the device).
-    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    env.diag(&tryo!(log.check(0, rx.zc_bytes)));
     drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
@@ -918,7 +916,6 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
     let log = tryo!(DmaLog::start());
     let bytes: u64 = 4 << 20;
     let port = 7351;
-    let before = tryo!(n.stats(1, 0));
     let rx = with_receiver(n.a_idx, 0, 16 << 20, port, false, move |z, l| {
         let s = crate::tunnel::accept_within(&l, Duration::from_secs(60))?;
         s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
@@ -934,7 +931,7 @@ fn records_point_at_device_writes(env: &Env) -> Outcome {
     if rx.bytes != bytes || rx.copy_bytes != 0 {
         return Fail(format!("{} of {bytes} bytes, {} copied: all must come zero-copy", rx.bytes, rx.copy_bytes));
     }
-    let line = tryo!(log.check(&n, 0, &before, rx.zc_bytes));
+    let line = tryo!(log.check(0, rx.zc_bytes));
     env.diag(&format!("{} bytes in {} records, all zero-copy; {line}", rx.bytes, rx.records));
     drop(log);
     drop(n);

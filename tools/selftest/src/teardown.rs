@@ -76,7 +76,6 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
     let a_idx = n.a_idx;
     let pat = Arc::new(Pattern::new(5));
     let p2 = pat.clone();
-    let before = tryo!(n.stats(1, 0));
     let log = tryo!(DmaLog::start());
     // Each stage: rmmod must be refused.
     let h = in_netns(NS_A, move || {
@@ -109,7 +108,7 @@ fn rmmod_at_every_stage(env: &Env) -> Outcome {
     }
     // The zero-copy records (before the unbind, and those in flight
     // after it) in writes netdevsim logged.
-    env.diag(&tryo!(log.check(&n, 0, &before, zc)));
+    env.diag(&tryo!(log.check(0, zc)));
     drop(log);
     // The context is closed; the old page pool may linger a second.
     tryo!(wait_idle(Duration::from_secs(10)));
@@ -227,7 +226,6 @@ fn kill9_receiver_mid_stream(env: &Env) -> Outcome {
     // And the queue takes a provider again.
     let pat = Arc::new(Pattern::new(8));
     let p2 = pat.clone();
-    let before = tryo!(n.stats(1, 0));
     let log = tryo!(DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 8 << 20, 7107, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -238,7 +236,7 @@ fn kill9_receiver_mid_stream(env: &Env) -> Outcome {
     if rx.zc_bytes != rx.bytes {
         return Fail(format!("after the kill a new binding got only {} of {} zero-copy", rx.zc_bytes, rx.bytes));
     }
-    env.diag(&tryo!(log.check(&n, 0, &before, rx.zc_bytes)));
+    env.diag(&tryo!(log.check(0, rx.zc_bytes)));
     drop(log);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass
@@ -252,7 +250,6 @@ fn unbind_under_traffic(env: &Env) -> Outcome {
     let p2 = pat.clone();
     let total_bytes = env.bytes(64 << 20);
     let first_part = total_bytes / 4;
-    let before = tryo!(n.stats(1, 0));
     let log = tryo!(DmaLog::start());
     let rx = with_receiver(n.a_idx, 0, 16 << 20, 7108, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -284,7 +281,7 @@ fn unbind_under_traffic(env: &Env) -> Outcome {
     if first.zc_bytes != first.bytes {
         return Fail(format!("before unbind only {} of {} bytes zero-copy", first.zc_bytes, first.bytes));
     }
-    env.diag(&tryo!(log.check(&n, 0, &before, first.zc_bytes + zc_after)));
+    env.diag(&tryo!(log.check(0, first.zc_bytes + zc_after)));
     drop(log);
     tryo!(wait_idle(Duration::from_secs(10)));
     tryo!(plain_stream_ok(&n, 7109));
@@ -423,7 +420,7 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
         return Fail(format!("netdevsim DMA'd {dma} B < {zc_all} B zcrx-nc says came zero-copy"));
     }
     // Every zero-copy record zcrx-nc got, in a write netdevsim made.
-    env.diag(&tryo!(log.check_process(&n, 0, &before, zc_all, &note)));
+    env.diag(&tryo!(log.check_process(0, zc_all, &note)));
     Pass
 }
 
@@ -463,7 +460,7 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     if dma < bytes {
         return Fail(format!("netdevsim DMA'd {dma} B < {bytes} B zcrx-nc says came zero-copy"));
     }
-    env.diag(&tryo!(log.check_process(&n, 0, &before, bytes, &note)));
+    env.diag(&tryo!(log.check_process(0, bytes, &note)));
     drop(log);
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));

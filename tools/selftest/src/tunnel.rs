@@ -380,7 +380,7 @@ fn tunnels_zero_copy(env: &Env) -> Outcome {
         if d.dma_bytes < bytes {
             return Fail(format!("{}: netdevsim split only {} payload bytes of {bytes} into the area", t.what, d.dma_bytes));
         }
-        let line = tryo!(log.check(&n, 0, &before, rx.zc_bytes).map_err(|e| format!("{}: {e}", t.what)));
+        let line = tryo!(log.check(0, rx.zc_bytes).map_err(|e| format!("{}: {e}", t.what)));
         env.diag(&format!("{}: {line}", t.what));
     }
     drop(n);
