@@ -34,6 +34,7 @@ mod events;
 mod faults;
 mod forward;
 mod fuzz;
+mod hostile;
 mod lifecycle;
 mod multiqueue;
 mod net;
@@ -114,6 +115,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
     v.extend_from_slice(clients::TESTS);
+    v.extend_from_slice(hostile::TESTS);
     v.extend_from_slice(share::TESTS);
     v.extend_from_slice(copyonly::TESTS);
     v.extend_from_slice(multiqueue::TESTS);
@@ -290,7 +292,12 @@ fn main() {
     // Every test here takes a minute at most on the debug kernel, plus the
     // time it is told to run: five minutes more is a hang
     // (ZCRX_TEST_BUDGET=SECONDS sets another budget).
-    let budget = std::env::var("ZCRX_TEST_BUDGET").ok().and_then(|v| v.parse().ok());
+    let budget = std::env::var("ZCRX_TEST_BUDGET").ok().map(|v| {
+        v.parse::<u64>().unwrap_or_else(|_| {
+            eprintln!("zcrx-selftest: ZCRX_TEST_BUDGET={v:?}: not a number of seconds");
+            exit(2)
+        })
+    });
     let budget = std::time::Duration::from_secs(budget.unwrap_or(300 + env.fuzz_seconds + env.fuzz_net_seconds + env.soak_seconds));
     let dog = watchdog::Watchdog::start();
     for (i, (name, f)) in tests.into_iter().enumerate() {

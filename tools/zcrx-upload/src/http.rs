@@ -44,7 +44,8 @@ enum State {
     ChunkSize(Vec<u8>),
     ChunkData(u64),
     ChunkCrlf(u8),
-    Trailers(Vec<u8>),
+    /// The current trailer line, and the trailers' bytes so far.
+    Trailers(Vec<u8>, usize),
     Failed,
 }
 
@@ -68,7 +69,22 @@ fn digits(v: &str) -> Option<u64> {
     v.parse().ok()
 }
 
+/// A token (RFC 9110 5.6.2): a method or a header name.
+fn token(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A byte no request head may hold: controls other than HTAB (CR and LF
+/// only as line ends, checked where lines are split), and DEL. NUL, a bare
+/// CR or an escape in a header value is refused, not passed on.
+fn bad_head_byte(b: u8) -> bool {
+    (b < 0x20 && b != b'\t' && b != b'\r' && b != b'\n') || b == 0x7f
+}
+
 fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
+    if raw.iter().any(|&b| bad_head_byte(b)) {
+        return Err((400, "control character in the request head"));
+    }
     let text = std::str::from_utf8(raw).map_err(|_| (400, "request head is not UTF-8"))?;
     // Empty lines before the request line are ignored (RFC 9112 2.2).
     let text = text.trim_start_matches("\r\n");
@@ -78,27 +94,37 @@ fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
     let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err((400, "bad request line"));
     };
-    if !version.starts_with("HTTP/1.") {
-        return Err((505, "only HTTP/1.x"));
+    if !token(method) || target.is_empty() || target.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+        return Err((400, "bad request line"));
     }
-    let mut h = Head {
-        method: method.to_string(),
-        target: target.to_string(),
-        expect_continue: false,
-        close: version == "HTTP/1.0",
-        content_length: Some(0),
+    // HTTP/1.0 and 1.1 only: a version this server does not speak is 505
+    // (RFC 9110 15.6.6), a malformed one 400.
+    let Some(v) = version.strip_prefix("HTTP/") else {
+        return Err((400, "bad HTTP version"));
     };
+    let b = v.as_bytes();
+    if b.len() != 3 || !b[0].is_ascii_digit() || b[1] != b'.' || !b[2].is_ascii_digit() {
+        return Err((400, "bad HTTP version"));
+    }
+    if v != "1.1" && v != "1.0" {
+        return Err((505, "only HTTP/1.0 and HTTP/1.1"));
+    }
+    let mut h =
+        Head { method: method.to_string(), target: target.to_string(), expect_continue: false, close: v == "1.0", content_length: Some(0) };
     let mut chunked = false;
     let mut length = None;
     for l in lines {
+        if l.contains('\r') {
+            return Err((400, "bare CR in the request head"));
+        }
         if l.starts_with([' ', '\t']) {
             return Err((400, "obsolete line folding"));
         }
         let Some((k, v)) = l.split_once(':') else {
             return Err((400, "bad header line"));
         };
-        if k.is_empty() || k.ends_with([' ', '\t']) {
-            return Err((400, "whitespace before a header's colon"));
+        if !token(k) {
+            return Err((400, "bad header name"));
         }
         let v = v.trim_matches([' ', '\t']);
         match k.to_ascii_lowercase().as_str() {
@@ -110,12 +136,18 @@ fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
                 length = Some(n);
             }
             "transfer-encoding" => {
-                if !v.eq_ignore_ascii_case("chunked") {
-                    return Err((501, "only chunked transfer coding"));
+                if !v.eq_ignore_ascii_case("chunked") || chunked {
+                    return Err((501, "only one chunked transfer coding"));
                 }
                 chunked = true;
             }
-            "expect" => h.expect_continue = v.eq_ignore_ascii_case("100-continue"),
+            "expect" => {
+                // the one expectation there is (RFC 9110 10.1.1)
+                if !v.eq_ignore_ascii_case("100-continue") {
+                    return Err((417, "only Expect: 100-continue"));
+                }
+                h.expect_continue = true;
+            }
             "connection" => h.close |= v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")),
             _ => {}
         }
@@ -125,6 +157,26 @@ fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
     }
     h.content_length = if chunked { None } else { length.or(Some(0)) };
     Ok(h)
+}
+
+/// The reason phrase of a status this server sends.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        201 => "Created",
+        400 => "Bad Request",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
 }
 
 impl Parser {
@@ -146,7 +198,19 @@ impl Parser {
                     let take = (data.len() - i).min(MAX_HEAD + 4 - start);
                     buf.extend_from_slice(&data[i..i + take]);
                     let from = start.saturating_sub(3);
-                    match buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                    let end = buf[from..].windows(4).position(|w| w == b"\r\n\r\n").map(|p| from + p + 4);
+                    // What cannot become a head is refused at once, not
+                    // after MAX_HEAD bytes or never: a byte no head may
+                    // hold, or a line ended by a bare LF.
+                    let seen = &buf[..end.unwrap_or(buf.len())];
+                    let bare_lf =
+                        seen.iter().enumerate().skip(start.max(1) - 1).any(|(k, &b)| b == b'\n' && (k == 0 || seen[k - 1] != b'\r'));
+                    if bare_lf || seen[start.min(seen.len())..].iter().any(|&b| bad_head_byte(b)) {
+                        ev.push(Event::Bad(400, if bare_lf { "line ended by a bare LF" } else { "control character in the request head" }));
+                        self.state = State::Failed;
+                        continue;
+                    }
+                    match end.map(|e| e - from - 4) {
                         Some(p) => {
                             let end = from + p + 4;
                             i += end - start;
@@ -198,13 +262,26 @@ impl Parser {
                         }
                         continue;
                     }
-                    let l = String::from_utf8_lossy(line).into_owned();
-                    let hex = l.trim_end_matches('\r').split(';').next().unwrap_or("").trim_end_matches([' ', '\t']);
+                    // CRLF and nothing else ends the line: a bare LF, a CR
+                    // inside it or a control character is refused (a proxy
+                    // in front may split such lines differently: smuggling)
+                    let Some(body) = line.strip_suffix(b"\r") else {
+                        ev.push(Event::Bad(400, "chunk size line not ended by CRLF"));
+                        self.state = State::Failed;
+                        continue;
+                    };
+                    if body.iter().any(|&b| b == b'\r' || bad_head_byte(b) || b >= 0x80) {
+                        ev.push(Event::Bad(400, "bad byte in a chunk size line"));
+                        self.state = State::Failed;
+                        continue;
+                    }
+                    let l = String::from_utf8_lossy(body).into_owned();
+                    let hex = l.split(';').next().unwrap_or("").trim_end_matches([' ', '\t']);
                     let size = Some(hex)
                         .filter(|h| !h.is_empty() && h.len() <= 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
                         .and_then(|h| u64::from_str_radix(h, 16).ok());
                     match size.ok_or(()) {
-                        Ok(0) => self.state = State::Trailers(Vec::new()),
+                        Ok(0) => self.state = State::Trailers(Vec::new(), 0),
                         Ok(n) => self.state = State::ChunkData(n),
                         Err(()) => {
                             ev.push(Event::Bad(400, "bad chunk size"));
@@ -235,19 +312,30 @@ impl Parser {
                         *seen = 1;
                     }
                 }
-                State::Trailers(line) => {
+                State::Trailers(line, total) => {
                     let b = data[i];
                     i += 1;
-                    if b != b'\n' {
-                        if line.len() > MAX_HEAD {
-                            ev.push(Event::Bad(431, "trailers too large"));
-                            self.state = State::Failed;
-                        } else {
-                            line.push(b);
-                        }
+                    *total += 1;
+                    if *total > MAX_HEAD {
+                        ev.push(Event::Bad(431, "trailers too large"));
+                        self.state = State::Failed;
                         continue;
                     }
-                    if line.is_empty() || line == b"\r" {
+                    if b != b'\n' {
+                        line.push(b);
+                        continue;
+                    }
+                    let Some(l) = line.strip_suffix(b"\r") else {
+                        ev.push(Event::Bad(400, "trailer line not ended by CRLF"));
+                        self.state = State::Failed;
+                        continue;
+                    };
+                    if l.iter().any(|&b| b == b'\r' || bad_head_byte(b)) {
+                        ev.push(Event::Bad(400, "control character in a trailer"));
+                        self.state = State::Failed;
+                        continue;
+                    }
+                    if l.is_empty() {
                         ev.push(Event::End);
                         self.state = State::Head(Vec::new());
                     } else {
@@ -331,9 +419,80 @@ mod tests {
         let (h, b, bad) = run(b"\r\nPUT /e HTTP/1.1\r\nContent-Length: 1\r\n\r\nz", 3);
         assert_eq!((h.len(), b, bad.len()), (1, vec![b"z".to_vec()], 0));
         let (_, _, bad) = run(b"PUT /e SPDY/3\r\n\r\n", 3);
-        assert_eq!(bad[0].0, 505);
+        assert_eq!(bad[0].0, 400);
+        let (_, _, bad) = run(b"PUT /e HTTP/1.9\r\n\r\n", 3);
+        assert_eq!(bad[0], (505, "only HTTP/1.0 and HTTP/1.1"));
         let big = vec![b'a'; MAX_HEAD + 10];
         let (_, _, bad) = run(&big, 4096);
         assert_eq!(bad[0].0, 431);
+    }
+
+    /// What a hostile client sends is refused as soon as it shows, with
+    /// the status RFC 9110/9112 give it, whatever the pieces.
+    #[test]
+    fn hostile_heads_refused_at_once() {
+        // Feeds `input` and returns the first error and how many bytes
+        // had been fed when it came.
+        let first_bad = |input: &[u8], step: usize| -> Option<(u16, usize)> {
+            let mut p = Parser::default();
+            let mut fed = 0;
+            for piece in input.chunks(step) {
+                fed += piece.len();
+                if let Some(Event::Bad(s, _)) = p.feed(piece).into_iter().find(|e| matches!(e, Event::Bad(..))) {
+                    return Some((s, fed));
+                }
+            }
+            None
+        };
+        for step in [1, 7, 4096] {
+            // random bytes: a NUL (or another control) in the first few
+            let mut junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+            junk[40] = 0;
+            let (s, at) = first_bad(&junk, step).expect("junk refused");
+            assert!(s == 400 && at <= 41usize.div_ceil(step) * step, "step {step}: {s} after {at}");
+            // a head with bare LF line ends: refused at the first LF
+            let lf = b"PUT /x HTTP/1.1\nHost: a\nContent-Length: 1\n\nz";
+            assert_eq!(first_bad(lf, step).map(|b| b.0), Some(400), "step {step}");
+            assert!(first_bad(lf, step).unwrap().1 <= 16usize.div_ceil(step) * step);
+        }
+        for (head, status) in [
+            (&b"PUT /x HTTP/1.1\r\nX: a\0b\r\n\r\n"[..], 400),
+            (b"PUT /x HTTP/1.1\r\nX: a\rb\r\n\r\n", 400),
+            (b"PUT /x HTTP/1.1\r\nX: a\x1bb\r\n\r\n", 400),
+            (b"PUT /x HTTP/1.1\r\nBad Name: a\r\n\r\n", 400),
+            (b"P@T /x HTTP/1.1\r\n\r\n", 400),
+            (b"PUT /x HTTP/1.1\r\nExpect: 200-ok\r\n\r\n", 417),
+            (b"PUT /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+            (b"PUT /x HTTP/2.0\r\n\r\n", 505),
+        ] {
+            let (_, _, bad) = run(head, 5);
+            assert_eq!(bad.first().map(|b| b.0), Some(status), "{:?}", String::from_utf8_lossy(head));
+        }
+    }
+
+    /// Chunk-size and trailer lines end with CRLF and nothing else: a
+    /// proxy in front that split them otherwise would see other requests
+    /// (smuggling).
+    #[test]
+    fn chunk_lines_strict() {
+        let te = b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for body in
+            [&b"5\nhello\r\n0\r\n\r\n"[..], b"5\r\r\nhello\r\n0\r\n\r\n", b"5;a\rb\r\nhello\r\n0\r\n\r\n", b"5\r\nhello\r\n0\r\nX: 1\n\r\n"]
+        {
+            let mut req = te.clone();
+            req.extend_from_slice(body);
+            for step in [1, 3, 100] {
+                let (_, b, bad) = run(&req, step);
+                assert!(b.is_empty() && bad.first().map(|x| x.0) == Some(400), "{:?} step {step}: {bad:?}", String::from_utf8_lossy(body));
+            }
+        }
+        // trailers are bounded in all, not per line
+        let mut req = te.clone();
+        req.extend_from_slice(b"0\r\n");
+        for _ in 0..(MAX_HEAD / 8 + 1) {
+            req.extend_from_slice(b"X: 123\r\n");
+        }
+        let (_, _, bad) = run(&req, 4096);
+        assert_eq!(bad.first().map(|b| b.0), Some(431));
     }
 }

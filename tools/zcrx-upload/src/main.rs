@@ -22,57 +22,131 @@ mod http;
 
 use std::fs::File;
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 use zcrx::tokio::ZcrxStream;
 use zcrx::Context;
 
-use http::{Event, Head, Parser};
+use http::{reason, Event, Head, Parser};
+
+const USAGE: &str = "usage: zcrx-upload --dev IFNAME --queue N [options]
+       zcrx-upload --no-bind [options]
+
+An HTTP/1.1 server that stores PUT and POST bodies, received zero-copy
+from rx queue N of IFNAME (header split on, the flows steered there).
+
+  --dev IFNAME          the device whose queue receives the uploads
+  --queue N             its rx queue (zero-copy: bound to this server)
+  --no-bind             no queue: every byte copied (any socket, loopback)
+  --listen ADDR         the address to listen on (default ::, all)
+  --port PORT           the port (default 8080)
+  --dir DIR             where bodies are stored (default: the current
+                        directory); an existing file is not replaced
+  --overwrite           replace existing files
+  --max-size BYTES      largest body (default 16G; K, M, G suffixes): 413
+  --max-conns N         connections served at once (default: one per
+                        4 MiB of the area): 503 beyond
+  --area MIB            the zero-copy area (default 64)
+  --header-timeout SEC  time to send a request head (default 30): 408
+  --idle-timeout SEC    longest silence of a client, and longest wait for
+                        it to take a reply (default 60)
+  --requests N          exit after N requests
+  -h, --help            this text
+  -V, --version         the version
+";
 
 struct Opts {
-    dev: String,
-    queue: u32,
+    dev: Option<String>,
+    queue: Option<u32>,
+    no_bind: bool,
+    listen: IpAddr,
     port: u16,
     dir: PathBuf,
+    overwrite: bool,
+    max_size: u64,
+    max_conns: Option<usize>,
     area_mib: usize,
+    header_timeout: Duration,
+    idle_timeout: Duration,
     requests: Option<u64>,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: zcrx-upload --dev IFNAME --queue N [--port 8080] [--dir DIR] [--area MIB] [--requests N]\n\
-         \n  --dir DIR       where bodies are written (default: the current directory)\
-         \n  --area MIB      the zero-copy area (default 64)\
-         \n  --requests N    exit after N requests"
-    );
+fn bad_usage(why: &str) -> ! {
+    eprintln!("zcrx-upload: {why}\n{USAGE}");
     std::process::exit(2);
 }
 
 fn parse_opts() -> Opts {
-    let mut o = Opts { dev: String::new(), queue: u32::MAX, port: 8080, dir: ".".into(), area_mib: 64, requests: None };
+    let mut o = Opts {
+        dev: None,
+        queue: None,
+        no_bind: false,
+        listen: IpAddr::from([0u16; 8]),
+        port: 8080,
+        dir: ".".into(),
+        overwrite: false,
+        max_size: 16 << 30,
+        max_conns: None,
+        area_mib: 64,
+        header_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(60),
+        requests: None,
+    };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
-        let mut v = || a.next().unwrap_or_else(|| usage());
+        let mut v = || a.next().unwrap_or_else(|| bad_usage(&format!("{k} needs a value")));
+        let num = |s: String, what: &str| -> u64 { s.parse().unwrap_or_else(|_| bad_usage(&format!("{what}: not a number: {s:?}"))) };
+        let secs = |s: String, what: &str| -> Duration {
+            match s.parse::<u64>() {
+                Ok(n) if n > 0 => Duration::from_secs(n),
+                _ => bad_usage(&format!("{what}: not a number of seconds above 0: {s:?}")),
+            }
+        };
         match k.as_str() {
-            "--dev" => o.dev = v(),
-            "--queue" => o.queue = v().parse().unwrap_or_else(|_| usage()),
-            "--port" => o.port = v().parse().unwrap_or_else(|_| usage()),
+            "--dev" => o.dev = Some(v()),
+            "--queue" => o.queue = Some(num(v(), "--queue") as u32),
+            "--no-bind" => o.no_bind = true,
+            "--listen" => o.listen = v().parse().unwrap_or_else(|_| bad_usage("--listen: not an IP address")),
+            "--port" => o.port = v().parse().unwrap_or_else(|_| bad_usage("--port: not a port")),
             "--dir" => o.dir = v().into(),
-            "--area" => o.area_mib = v().parse().unwrap_or_else(|_| usage()),
-            "--requests" => o.requests = Some(v().parse().unwrap_or_else(|_| usage())),
-            _ => usage(),
+            "--overwrite" => o.overwrite = true,
+            "--max-size" => {
+                let s = v();
+                o.max_size = zcrx::sys::parse_size(&s).unwrap_or_else(|| bad_usage(&format!("--max-size: not a size: {s:?}"))) as u64
+            }
+            "--max-conns" => o.max_conns = Some(num(v(), "--max-conns").max(1) as usize),
+            "--area" => o.area_mib = num(v(), "--area").max(1) as usize,
+            "--header-timeout" => o.header_timeout = secs(v(), "--header-timeout"),
+            "--idle-timeout" => o.idle_timeout = secs(v(), "--idle-timeout"),
+            "--requests" => o.requests = Some(num(v(), "--requests")),
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            "-V" | "--version" => {
+                println!("zcrx-upload {}", env!("CARGO_PKG_VERSION"));
+                std::process::exit(0);
+            }
+            _ => bad_usage(&format!("unknown option {k:?}")),
         }
     }
-    if o.dev.is_empty() || o.queue == u32::MAX {
-        usage();
+    match (o.no_bind, &o.dev, o.queue) {
+        (true, None, None) | (false, Some(_), Some(_)) => {}
+        (true, _, _) => bad_usage("--no-bind takes no --dev or --queue"),
+        _ => bad_usage("--dev and --queue are needed (or --no-bind)"),
     }
     o
 }
+
+/// Longest file name stored: NAME_MAX less room for the temporary name.
+const NAME_MAX: usize = 200;
 
 /// The file name for a request target: its last path segment, restricted
 /// to a safe alphabet (never a path); "upload-N" if nothing is left.
@@ -87,11 +161,12 @@ fn file_name(target: &str, n: u64) -> String {
     }
 }
 
-/// One upload in progress.
+/// One upload in progress. Until it is stored, its temporary file goes
+/// when it is dropped: on an error, a client that goes away, ^C.
 struct Upload {
     name: String,
     tmp: PathBuf,
-    file: File,
+    file: Option<File>,
     sha: Sha256,
     bytes: u64,
     zc: u64,
@@ -99,17 +174,31 @@ struct Upload {
     close: bool,
 }
 
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 struct Server {
     dir: PathBuf,
+    overwrite: bool,
+    max_size: u64,
+    header_timeout: Duration,
+    idle_timeout: Duration,
     seq: AtomicU64,
     done: AtomicU64,
     want: Option<u64>,
     finished: tokio::sync::Notify,
+    conns: AtomicUsize,
 }
 
-fn reply(status: u16, reason: &str, extra: &str, body: &str, close: bool) -> Vec<u8> {
+fn reply(status: u16, extra: &str, body: &str, close: bool) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}{}\r\n{body}",
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}{}\r\n{body}",
+        reason(status),
         body.len(),
         if close { "Connection: close\r\n" } else { "" }
     )
@@ -119,31 +208,46 @@ fn reply(status: u16, reason: &str, extra: &str, body: &str, close: bool) -> Vec
 impl Server {
     fn start(&self, h: &Head) -> Result<Upload, Vec<u8>> {
         if h.method != "PUT" && h.method != "POST" {
-            return Err(reply(405, "Method Not Allowed", "Allow: PUT, POST\r\n", "PUT or POST a body\n", true));
+            return Err(reply(405, "Allow: PUT, POST\r\n", "PUT or POST a body\n", true));
+        }
+        if h.content_length.is_some_and(|n| n > self.max_size) {
+            return Err(reply(413, "", &format!("bodies up to {} bytes\n", self.max_size), true));
         }
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let name = file_name(&h.target, n);
+        if name.len() > NAME_MAX {
+            return Err(reply(400, "", &format!("file name longer than {NAME_MAX} bytes\n"), true));
+        }
+        if !self.overwrite && self.dir.join(&name).symlink_metadata().is_ok() {
+            return Err(reply(409, "", &format!("{name} exists\n"), true));
+        }
         let tmp = self.dir.join(format!(".{name}.{n}.part"));
         // create_new: never through a link someone planted at that name
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|e| reply(500, "Internal Server Error", "", &format!("cannot create {}: {e}\n", tmp.display()), true))?;
-        Ok(Upload { name, tmp, file, sha: Sha256::new(), bytes: 0, zc: 0, copied: 0, close: h.close })
+            .map_err(|e| reply(500, "", &format!("cannot create {}: {e}\n", tmp.display()), true))?;
+        Ok(Upload { name, tmp, file: Some(file), sha: Sha256::new(), bytes: 0, zc: 0, copied: 0, close: h.close })
     }
 
-    fn finish(&self, u: Upload) -> Vec<u8> {
-        let Upload { name, tmp, file, sha, bytes, zc, copied, close } = u;
-        drop(file);
-        let dst = self.dir.join(&name);
-        if let Err(e) = std::fs::rename(&tmp, &dst) {
-            return reply(500, "Internal Server Error", "", &format!("cannot rename to {}: {e}\n", dst.display()), true);
+    /// Stores a complete upload under its name; the reply.
+    fn finish(&self, mut u: Upload) -> Vec<u8> {
+        drop(u.file.take());
+        let dst = self.dir.join(&u.name);
+        // Not over an existing file unless asked: link(2) fails if the
+        // name is taken (an upload of the same name that finished first).
+        let stored = if self.overwrite { std::fs::rename(&u.tmp, &dst) } else { std::fs::hard_link(&u.tmp, &dst) };
+        let _ = std::fs::remove_file(&u.tmp);
+        match stored {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return reply(409, "", &format!("{} exists\n", u.name), true),
+            Err(e) => return reply(500, "", &format!("cannot store {}: {e}\n", dst.display()), true),
         }
-        let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        println!("{name}: {bytes} bytes, {zc} zero-copy, {copied} copied, sha256 {hex}");
-        let extra = format!("X-Zcrx-Zero-Copy: {zc}\r\nX-Zcrx-Copied: {copied}\r\n");
-        reply(201, "Created", &extra, &format!("{hex}  {name}\n"), close)
+        let hex: String = std::mem::take(&mut u.sha).finalize().iter().map(|b| format!("{b:02x}")).collect();
+        println!("{}: {} bytes, {} zero-copy, {} copied, sha256 {hex}", u.name, u.bytes, u.zc, u.copied);
+        let extra = format!("X-Zcrx-Zero-Copy: {}\r\nX-Zcrx-Copied: {}\r\n", u.zc, u.copied);
+        reply(201, &extra, &format!("{hex}  {}\n", u.name), u.close)
     }
 
     /// `n` more requests answered (their replies written).
@@ -155,32 +259,50 @@ impl Server {
     }
 }
 
+/// Writes `r` to the client within the idle timeout.
+async fn send(stream: &mut ZcrxStream, r: &[u8], t: Duration) -> Result<(), String> {
+    match tokio::time::timeout(t, stream.get_mut().write_all(r)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("reply: {e}")),
+        Err(_) => Err(format!("the client took no reply for {} s", t.as_secs())),
+    }
+}
+
 /// Serves one connection: requests one after another until the client
-/// closes or asks to.
-async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream) -> Result<(), String> {
-    let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+/// closes or asks to. A head must come within the header timeout, and the
+/// client may not stay silent longer than the idle timeout.
+async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream, peer: String) -> Result<(), String> {
     let mut stream = ZcrxStream::new(ctx, sock);
     let mut parser = Parser::default();
     let mut up: Option<Upload> = None;
     let mut out: Vec<Vec<u8>> = Vec::new();
     let mut close = false;
+    let mut head_by = tokio::time::Instant::now() + srv.header_timeout;
     while !close {
-        let batch = match stream.recv(256).await {
-            Ok(b) => b,
+        // waiting for a head (a new one, or one begun): the header
+        // timeout; inside a body: the idle timeout
+        let in_head = up.is_none();
+        let wait = if in_head { head_by.saturating_duration_since(tokio::time::Instant::now()) } else { srv.idle_timeout };
+        let batch = match tokio::time::timeout(wait, stream.recv(256)).await {
+            Err(_) if in_head && parser.mid_request() => {
+                let _ = send(&mut stream, &reply(408, "", "the request head took too long\n", true), srv.idle_timeout).await;
+                return Err(format!("{peer}: no complete request head within {} s", srv.header_timeout.as_secs()));
+            }
+            // an idle keep-alive connection: closed without a word
+            Err(_) if in_head => break,
+            Err(_) => return Err(format!("{peer}: silent for {} s in a body", srv.idle_timeout.as_secs())),
+            Ok(Ok(b)) => b,
             // Every buffer is in the stack (this task holds none across
             // an await): they come back as the stack frees them.
-            Err(e) if e.kind() == zcrx::ErrorKind::NoBuffers => {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            Ok(Err(e)) if e.kind() == zcrx::ErrorKind::NoBuffers => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
-            Err(e) => return Err(format!("{peer}: {e}")),
+            Ok(Err(e)) => return Err(format!("{peer}: {e}")),
         };
         let mut completed = 0;
         if batch.is_eof() {
             if parser.mid_request() {
-                if let Some(u) = up.take() {
-                    let _ = std::fs::remove_file(&u.tmp);
-                }
                 return Err(format!("{peer}: the client closed in the middle of a request"));
             }
             break;
@@ -206,10 +328,16 @@ async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream) -> Result<(), St
                         Event::Body(r) => {
                             let Some(u) = up.as_mut() else { continue };
                             let b = &data[r];
+                            if u.bytes + b.len() as u64 > srv.max_size {
+                                out.push(reply(413, "", &format!("bodies up to {} bytes\n", srv.max_size), true));
+                                up = None;
+                                close = true;
+                                break;
+                            }
                             u.sha.update(b);
-                            if let Err(e) = u.file.write_all(b) {
-                                out.push(reply(500, "Internal Server Error", "", &format!("write: {e}\n"), true));
-                                let _ = std::fs::remove_file(&u.tmp);
+                            let w = u.file.as_mut().map(|f| f.write_all(b));
+                            if let Some(Err(e)) = w {
+                                out.push(reply(500, "", &format!("write: {e}\n"), true));
                                 up = None;
                                 close = true;
                                 break;
@@ -229,7 +357,8 @@ async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream) -> Result<(), St
                             }
                         }
                         Event::Bad(status, why) => {
-                            out.push(reply(status, "Bad Request", "", &format!("{why}\n"), true));
+                            out.push(reply(status, "", &format!("{why}\n"), true));
+                            up = None;
                             close = true;
                         }
                     }
@@ -245,15 +374,32 @@ async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream) -> Result<(), St
         // Buffers back to the ring before waiting on the client.
         drop(batch);
         for r in out.drain(..) {
-            stream.get_mut().write_all(&r).await.map_err(|e| format!("{peer}: reply: {e}"))?;
+            send(&mut stream, &r, srv.idle_timeout).await.map_err(|e| format!("{peer}: {e}"))?;
         }
         srv.answered(completed);
-    }
-    if let Some(u) = up.take() {
-        let _ = std::fs::remove_file(&u.tmp);
+        if completed > 0 {
+            head_by = tokio::time::Instant::now() + srv.header_timeout;
+        }
     }
     let _ = stream.get_mut().shutdown().await;
+    linger(&stream).await;
     Ok(())
+}
+
+/// After the last reply (the write side shut down), takes what the client
+/// still sends for a moment and drops it: closing with unread data would
+/// reset the connection, and the client could lose the reply (a 409 or
+/// 413 sent while it was still sending its body).
+async fn linger(stream: &ZcrxStream) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut taken = 0u64;
+    while taken < (64 << 20) {
+        match tokio::time::timeout_at(until, stream.recv(256)).await {
+            Ok(Ok(b)) if !b.is_eof() => taken += b.bytes(),
+            Ok(Err(e)) if e.kind() == zcrx::ErrorKind::NoBuffers => tokio::time::sleep(Duration::from_millis(1)).await,
+            _ => return,
+        }
+    }
 }
 
 fn main() {
@@ -269,37 +415,91 @@ fn main() {
     }
 }
 
+/// Holds one of the `--max-conns` places while a connection is served.
+struct ConnSlot(Arc<Server>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn run(o: Opts) -> Result<(), String> {
     if !Path::new(&o.dir).is_dir() {
         return Err(format!("{}: not a directory", o.dir.display()));
     }
-    let ctx = Context::open(o.area_mib << 20).map_err(|e| e.to_string())?;
-    ctx.bind(&o.dev, o.queue).map_err(|e| format!("{} queue {}: {e}", o.dev, o.queue))?;
-    let listener = TcpListener::bind(("::", o.port)).await.map_err(|e| format!("listen on port {}: {e}", o.port))?;
+    let area = o.area_mib << 20;
+    let ctx = Context::open(area).map_err(|e| e.to_string())?;
+    let source = match (&o.dev, o.queue) {
+        (Some(dev), Some(q)) => {
+            ctx.bind(dev, q).map_err(|e| format!("{dev} queue {q}: {e}"))?;
+            format!("zero-copy from {dev} queue {q}")
+        }
+        _ => {
+            ctx.bind_nodev().map_err(|e| format!("copy-only context: {e}"))?;
+            "copied (--no-bind)".to_string()
+        }
+    };
+    // Half the area for what the sockets may queue, the rest for what the
+    // server holds and what is on its way (Documentation/zcrx-rs.rst,
+    // "Sizing the area"): each connection's receive buffer is its share
+    // of that half (the kernel doubles SO_RCVBUF), so that a few bulk or
+    // out-of-order peers cannot hold the whole area and stall the rest.
+    let max_conns = o.max_conns.unwrap_or((o.area_mib / 4).max(1));
+    let rcvbuf = (area / 4 / max_conns).max(64 << 10);
+    let addr = SocketAddr::new(o.listen, o.port);
+    let sock = if addr.is_ipv6() { TcpSocket::new_v6() } else { TcpSocket::new_v4() }.map_err(|e| format!("socket: {e}"))?;
+    sock.set_reuseaddr(true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+    // accepted sockets inherit it, the window scale included
+    sock.set_recv_buffer_size(rcvbuf as u32).map_err(|e| format!("SO_RCVBUF: {e}"))?;
+    sock.bind(addr).map_err(|e| format!("listen on {addr}: {e}"))?;
+    let listener = sock.listen(1024).map_err(|e| format!("listen on {addr}: {e}"))?;
     let srv = Arc::new(Server {
         dir: o.dir.clone(),
+        overwrite: o.overwrite,
+        max_size: o.max_size,
+        header_timeout: o.header_timeout,
+        idle_timeout: o.idle_timeout,
         seq: AtomicU64::new(0),
         done: AtomicU64::new(0),
         want: o.requests,
         finished: tokio::sync::Notify::new(),
+        conns: AtomicUsize::new(0),
     });
-    println!("listening on port {}, bodies zero-copy from {} queue {} into {}", o.port, o.dev, o.queue, o.dir.display());
+    println!(
+        "listening on {addr}, bodies {source} into {}; at most {max_conns} connections, SO_RCVBUF {} KiB each",
+        o.dir.display(),
+        rcvbuf >> 10
+    );
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             a = listener.accept() => {
-                let sock = match a {
-                    Ok((sock, _)) => sock,
+                let (sock, peer) = match a {
+                    Ok(v) => v,
                     Err(e) => {
                         // ECONNABORTED, EMFILE, ...: not the listener's end
                         eprintln!("zcrx-upload: accept: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 };
+                if srv.conns.fetch_add(1, Ordering::Relaxed) >= max_conns {
+                    srv.conns.fetch_sub(1, Ordering::Relaxed);
+                    let t = srv.idle_timeout;
+                    tasks.spawn(async move {
+                        let mut sock = sock;
+                        let r = reply(503, "Retry-After: 1\r\n", "too many connections\n", true);
+                        let _ = tokio::time::timeout(t, sock.write_all(&r)).await;
+                        let _ = sock.shutdown().await;
+                    });
+                    continue;
+                }
                 let (srv, ctx) = (srv.clone(), ctx.clone());
+                let slot = ConnSlot(srv.clone());
                 tasks.spawn(async move {
-                    if let Err(e) = serve(srv, ctx, sock).await {
+                    let _slot = slot;
+                    if let Err(e) = serve(srv, ctx, sock, peer.to_string()).await {
                         eprintln!("zcrx-upload: {e}");
                     }
                 });
@@ -310,10 +510,12 @@ async fn run(o: Opts) -> Result<(), String> {
         }
     }
     // Connections still open finish their replies (with --requests the
-    // clients close once answered); ^C does not wait.
+    // clients close once answered); ^C does not wait, and dropping the
+    // tasks removes their unfinished files.
     if srv.want.is_some() {
         while tasks.join_next().await.is_some() {}
     }
+    drop(tasks);
     let s = ctx.stats().map_err(|e| e.to_string())?;
     println!("total: {} requests, {} bytes zero-copy, {} copied", srv.done.load(Ordering::Relaxed), s.zc_bytes, s.copy_bytes);
     Ok(())
