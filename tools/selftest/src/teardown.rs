@@ -19,7 +19,7 @@ use zcrx::{dev::page_size, kmod, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, mib, rmmod_eventually, rmmod_refused, vm_pinned_kb, wait_idle, MODULE};
 use crate::devlog::{DmaLog, RecNote};
-use crate::net::{addr_a, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A};
+use crate::net::{addr_a, connect, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
@@ -27,6 +27,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("close_mid_stream_holding_buffers", close_mid_stream_holding_buffers),
     ("kill9_receiver_mid_stream", kill9_receiver_mid_stream),
     ("nc_keeps_listening_v6_then_v4", nc_keeps_listening_v6_then_v4),
+    ("nc_keeps_listening_through_resets", nc_keeps_listening_through_resets),
     ("nc_large_buffers", nc_large_buffers),
     ("unbind_under_traffic", unbind_under_traffic),
     ("netdev_deleted_while_bound", netdev_deleted_while_bound),
@@ -462,6 +463,103 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     }
     env.diag(&tryo!(log.check_process(0, bytes, &note)));
     drop(log);
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// `zcrx-nc -k` serves one connection after another; a peer that resets
+/// mid-stream ends its own connection, not the listener. 100 peers each
+/// send the start of the pattern (1 to 256 KiB) and reset (`SO_LINGER`
+/// 0); then one sends 4 MiB to the end. Each reset connection gets its
+/// JSON line with an `error`, the last one its bytes, all zero-copy and
+/// checked against the pattern (`--check`), and zcrx-nc is still running.
+fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
+    use std::io::{BufRead, Write};
+    const RESETS: usize = 100;
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let port = 7119;
+    let seed = 19;
+    let mut child = tryo!(spawn_nc_with(&n, port, seed, &["-k", "--json"], None));
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let pat = Arc::new(Pattern::new(seed));
+    // one JSON line per connection (a bound, not a deadline)
+    let next_line = || loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.starts_with('{') => return Some(l),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    };
+    let mut lines = Vec::new();
+    let mut k = 12345u64;
+    let mut sent = Ok(0);
+    for i in 0..RESETS {
+        k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let len = 1 + (k >> 33) as usize % (256 << 10);
+        let p2 = pat.clone();
+        let r = join(in_netns(NS_B, move || {
+            let mut s = connect(addr_a(i % 2 == 0, port), Duration::from_secs(60))?;
+            s.write_all(p2.slice(0, len)).map_err(|e| format!("reset peer {i}: {e}"))?;
+            zcrx::sys::set_linger_abort(&s).map_err(|e| format!("SO_LINGER: {e}"))
+        }));
+        if let Err(e) = r {
+            sent = Err(e);
+            break;
+        }
+        match next_line() {
+            Some(l) => lines.push(l),
+            None => break,
+        }
+    }
+    let bytes = 4u64 << 20;
+    if lines.len() == RESETS {
+        sent = join(sender(addr_a(true, port), bytes, pat, 0));
+        if let Some(l) = next_line() {
+            lines.push(l);
+        }
+    }
+    let alive = matches!(child.try_wait(), Ok(None));
+    let _ = child.kill();
+    let _ = child.wait();
+    let sent = tryo!(sent);
+    if !alive {
+        return Fail(format!("zcrx-nc -k exited after {} connections: {:?}", lines.len(), lines.last()));
+    }
+    if lines.len() != RESETS + 1 || sent != bytes {
+        return Fail(format!(
+            "{} JSON lines for {} connections (sent {sent} of {bytes} on the last): {:?}",
+            lines.len(),
+            RESETS + 1,
+            lines.last()
+        ));
+    }
+    let errors = lines[..RESETS].iter().filter(|l| l.contains("\"error\":")).count();
+    let last = &lines[RESETS];
+    let field = |k: &str| -> Option<u64> { last.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok() };
+    if last.contains("\"error\":") || field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) {
+        return Fail(format!("the last connection: {last} (expected {bytes} bytes, all zero-copy, no error)"));
+    }
+    // A reset that comes after zcrx-nc read everything may end the
+    // connection as an end of stream: most must have been seen as errors.
+    if errors < RESETS / 2 {
+        return Fail(format!("only {errors} of {RESETS} reset connections ended with an error: {:?}", &lines[..3]));
+    }
+    env.diag(&format!(
+        "zcrx-nc -k: {RESETS} peers reset mid-stream ({errors} reported with an error, the rest as an end), then {} \
+         byte-exact and zero-copy; still listening",
+        mib(bytes)
+    ));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

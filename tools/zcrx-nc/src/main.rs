@@ -54,24 +54,28 @@ enum Output {
     Check(u64),
 }
 
+const USAGE: &str = "usage: zcrx-nc (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)
+               --port P [-4|-6]
+               [--area MIB] [--buf-size N] [--discard | --check SEED] [-k] [-v] [--json]
+Receives a TCP connection zero-copy; payload to stdout, stats to stderr.
+  --queues A,B  bind several rx queues of IFNAME (one area, one ring)
+  --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)
+  -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])
+  --area MIB    receive memory (default 64)
+  --buf-size N  bytes per buffer: 4096, 32768, 32k, .. 2M (default a page); larger
+                than a page needs huge pages to bind a queue (/proc/sys/vm/nr_hugepages)
+  --discard     drop the payload
+  --check SEED  verify it against the zcrx test pattern instead
+  -k            keep listening: one connection after another (a connection
+                that fails is reported and the next one taken)
+  -v            a progress line on stderr while receiving
+  --json        each connection's statistics as one JSON object
+  -h, --help    this text
+  -V, --version the version
+";
+
 fn usage() -> ! {
-    eprintln!(
-        "usage: zcrx-nc (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)\n\
-         \x20              --port P [-4|-6]\n\
-         \x20              [--area MIB] [--buf-size N] [--discard | --check SEED] [-k] [-v] [--json]\n\
-         Receives a TCP connection zero-copy; payload to stdout, stats to stderr.\n\
-         \x20 --queues A,B  bind several rx queues of IFNAME (one area, one ring)\n\
-         \x20 --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)\n\
-         \x20 -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])\n\
-         \x20 --area MIB    receive memory (default 64)\n\
-         \x20 --buf-size N  bytes per buffer: 4096, 32768, 32k, .. 2M (default a page); larger\n\
-         \x20               than a page needs huge pages to bind a queue (/proc/sys/vm/nr_hugepages)\n\
-         \x20 --discard     drop the payload\n\
-         \x20 --check SEED  verify it against the zcrx test pattern instead\n\
-         \x20 -k            keep listening: one connection after another\n\
-         \x20 -v            a progress line on stderr while receiving\n\
-         \x20 --json        each connection's statistics as one JSON object"
-    );
+    eprint!("{USAGE}");
     exit(2);
 }
 
@@ -107,7 +111,18 @@ fn parse() -> Opts {
             "-k" => o.keep = true,
             "-v" => o.verbose = true,
             "--json" => o.json = true,
-            _ => usage(),
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                exit(0);
+            }
+            "-V" | "--version" => {
+                println!("zcrx-nc {}", env!("CARGO_PKG_VERSION"));
+                exit(0);
+            }
+            _ => {
+                eprintln!("zcrx-nc: unknown option {k:?}");
+                usage()
+            }
         }
     }
     // Either a queue to bind or --no-bind, not both.
@@ -167,13 +182,28 @@ fn main() {
     };
     let mut recs = vec![Rec::default(); 256];
     loop {
-        let (sock, peer) = listener.accept().unwrap_or_else(|e| die("accept", e));
+        let (sock, peer) = match listener.accept() {
+            Ok(v) => v,
+            // ECONNABORTED, EMFILE, ...: with -k, not the end
+            Err(e) if o.keep => {
+                eprintln!("zcrx-nc: accept: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(e) => die("accept", e),
+        };
         let before = z.stats().unwrap_or_else(|e| die("stats", e));
         let t0 = Instant::now();
-        let (total, copied) = receive(&mut z, &sock, &o, pattern.as_ref(), &mut recs);
+        let r = receive(&mut z, &sock, &o, pattern.as_ref(), &mut recs);
         let secs = t0.elapsed().as_secs_f64();
         let st = z.stats().unwrap_or_else(|e| die("stats", e));
-        report(&o, &peer, total, copied, secs, &before, &st, z.buf_size());
+        match r {
+            Ok((total, copied)) => report(&o, &peer, total, copied, secs, &before, &st, z.buf_size(), None),
+            // a peer that resets (or a connection that fails otherwise)
+            // ends its connection, not the listener
+            Err((e, total, copied)) if o.keep => report(&o, &peer, total, copied, secs, &before, &st, z.buf_size(), Some(&e)),
+            Err((e, total, _)) => die(&format!("recv from {peer} after {total} bytes"), e),
+        }
         if !o.keep {
             break;
         }
@@ -200,22 +230,49 @@ fn register(z: &mut Zcrx, o: &Opts) -> bool {
     }
 }
 
+/// Writes to stdout; a reader that went away (EPIPE: `| head`) ends the
+/// program quietly, as a SIGPIPE would.
+fn out(w: &mut impl Write, data: &[u8]) {
+    match w.write_all(data) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit(0),
+        Err(e) => die("write", e),
+    }
+}
+
+/// The result of one connection: (bytes, bytes copied), or the error that
+/// ended it with the same counts so far.
+type Received = Result<(u64, u64), (io::Error, u64, u64)>;
+
 /// Receives one connection to its end: records say where the bytes are;
-/// the buffers go back after each batch. Returns (bytes, bytes copied).
-fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&Pattern>, recs: &mut [Rec]) -> (u64, u64) {
+/// the buffers go back after each batch.
+fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&Pattern>, recs: &mut [Rec]) -> Received {
     let mut stdout = io::stdout().lock();
     let (mut total, mut copied) = (0u64, 0u64);
     let t0 = Instant::now();
     let mut shown = t0;
+    // a progress line drawn over itself on a terminal, one line a second
+    // into a file or a pipe
+    // SAFETY: isatty has no preconditions.
+    let tty = unsafe { libc::isatty(2) } == 1;
     loop {
-        let got = z.recv(sock.as_raw_fd(), recs, 0).unwrap_or_else(|e| die("recv", e));
+        let got = match z.recv(sock.as_raw_fd(), recs, 0) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = stdout.flush();
+                if o.verbose && tty {
+                    eprintln!();
+                }
+                return Err((e, total, copied));
+            }
+        };
         if got.bytes == 0 {
             break;
         }
         for r in &recs[..got.records] {
             let data = z.data(r);
             match o.out {
-                Output::Stdout => stdout.write_all(data).unwrap_or_else(|e| die("write", e)),
+                Output::Stdout => out(&mut stdout, data),
                 Output::Discard => {}
                 Output::Check(_) => {
                     if let Some(bad) = pattern.and_then(|p| p.check(total, data)) {
@@ -232,43 +289,66 @@ fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&
         z.refill(&recs[..got.records]).unwrap_or_else(|e| die("refill", e));
         if o.verbose && shown.elapsed() >= Duration::from_secs(1) {
             shown = Instant::now();
-            progress(total, copied, t0.elapsed().as_secs_f64());
+            progress(total, copied, t0.elapsed().as_secs_f64(), tty);
         }
     }
-    stdout.flush().unwrap_or_else(|e| die("write", e));
-    if o.verbose {
-        progress(total, copied, t0.elapsed().as_secs_f64());
-        eprintln!();
+    match stdout.flush() {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit(0),
+        r => r.unwrap_or_else(|e| die("write", e)),
     }
-    (total, copied)
+    if o.verbose {
+        progress(total, copied, t0.elapsed().as_secs_f64(), tty);
+        if tty {
+            eprintln!();
+        }
+    }
+    Ok((total, copied))
 }
 
-fn progress(total: u64, copied: u64, secs: f64) {
+fn progress(total: u64, copied: u64, secs: f64, tty: bool) {
     let mib = total as f64 / f64::from(1 << 20);
     let zc = if total == 0 { 100.0 } else { (total - copied) as f64 * 100.0 / total as f64 };
-    eprint!("\rzcrx-nc: {mib:.1} MiB, {:.1} MiB/s, {zc:.1}% zero-copy ", mib / secs.max(1e-9));
+    let line = format!("zcrx-nc: {mib:.1} MiB, {:.1} MiB/s, {zc:.1}% zero-copy", mib / secs.max(1e-9));
+    if tty {
+        eprint!("\r{line} ");
+    } else {
+        eprintln!("{line}");
+    }
 }
 
 /// The statistics of one connection: its own byte counts, and the context's
 /// counters over its lifetime (the difference of two STATS); `buf_size`:
-/// the area's.
+/// the area's; `err`: what ended it, if it failed (with -k).
 #[allow(clippy::too_many_arguments)]
-fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &zcrx_rs_stats, b: &zcrx_rs_stats, buf_size: usize) {
+fn report(
+    o: &Opts,
+    peer: &SocketAddr,
+    total: u64,
+    copied: u64,
+    secs: f64,
+    a: &zcrx_rs_stats,
+    b: &zcrx_rs_stats,
+    buf_size: usize,
+    err: Option<&io::Error>,
+) {
     let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
     let (copy_records, refill_ok, refill_bad, alloc_fail) =
         (b.copy_records - a.copy_records, b.refill_ok - a.refill_ok, b.refill_bad - a.refill_bad, b.alloc_fail - a.alloc_fail);
     if o.json {
+        // (an error's text has no quote or backslash to escape)
+        let error = err.map(|e| format!(",\"error\":\"{}\"", e.to_string().replace(['"', '\\'], "'"))).unwrap_or_default();
         eprintln!(
             "{{\"peer\":\"{peer}\",\"bytes\":{total},\"seconds\":{secs:.6},\"gbit_per_s\":{gbits:.3},\
              \"zero_copy_bytes\":{},\"copied_bytes\":{copied},\"copy_records\":{copy_records},\
              \"refill_ok\":{refill_ok},\"refill_bad\":{refill_bad},\"alloc_fail\":{alloc_fail},\
-             \"buf_size\":{buf_size}}}",
+             \"buf_size\":{buf_size}{error}}}",
             total - copied
         );
     } else {
+        let ended = err.map(|e| format!(", then: {e}")).unwrap_or_default();
         eprintln!(
             "zcrx-nc: {peer}: {total} bytes in {secs:.2} s ({gbits:.2} Gbit/s): zero-copy {} bytes, copied {copied} \
-             bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}",
+             bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}{ended}",
             total - copied
         );
     }
