@@ -94,6 +94,29 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("ofo_parkers_cannot_stall_others_512", ofo_parkers_cannot_stall_others_512),
 ];
 
+/// The attacker's packet classes, each picked with the same chance.
+const CLASSES: &[&str] = &[
+    "options",
+    "urgent",
+    "reorder",
+    "frag",
+    "forward",
+    "bad_csum",
+    "padding",
+    "rst_fin",
+    "flags",
+    "zero_win",
+    "gro_mix",
+    "back_out",
+    "signed",
+    "tunnel",
+    "mptcp",
+    "ktls",
+    "esp",
+    "esp_tunnel",
+    "esp_udp",
+];
+
 const VALID_PORT: u16 = 7400;
 const GARBAGE_PORT: u16 = 7401;
 /// Listeners with a TCP-MD5 and a TCP-AO key for the phantom addresses.
@@ -719,27 +742,7 @@ impl Attacker {
             };
             self.note(what);
         }
-        let class = self.rng.pick(&[
-            "options",
-            "urgent",
-            "reorder",
-            "frag",
-            "forward",
-            "bad_csum",
-            "padding",
-            "rst_fin",
-            "flags",
-            "zero_win",
-            "gro_mix",
-            "back_out",
-            "signed",
-            "tunnel",
-            "mptcp",
-            "ktls",
-            "esp",
-            "esp_tunnel",
-            "esp_udp",
-        ]);
+        let class = self.rng.pick(CLASSES);
         match class {
             "esp" | "esp_tunnel" | "esp_udp" => self.esp(class),
             "tunnel" => self.tunnel(class),
@@ -1428,28 +1431,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
         sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
     ));
     // `make fuzz-net`'s bar: every class sent at least 1000 times.
-    let classes = [
-        "options",
-        "urgent",
-        "reorder",
-        "frag",
-        "forward",
-        "bad_csum",
-        "padding",
-        "rst_fin",
-        "flags",
-        "zero_win",
-        "gro_mix",
-        "back_out",
-        "signed",
-        "tunnel",
-        "mptcp",
-        "ktls",
-        "esp",
-        "esp_tunnel",
-        "esp_udp",
-    ];
-    let few: Vec<String> = classes
+    let few: Vec<String> = CLASSES
         .iter()
         .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
         .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
