@@ -92,6 +92,7 @@ libzcrx:
 	@mkdir -p $(TOOLS_BIN)
 	@PKG_CONFIG_PATH=$(LIBZCRX_STAGE)/lib/pkgconfig sh -c 'cc $(TOP)/tools/libzcrx/examples/epoll-server.c \
 		$$(pkg-config --cflags --libs zcrx) -Wl,-rpath,$(LIBZCRX_STAGE)/lib -o $(TOOLS_BIN)/zcrx-epoll-server'
+	@$(TOP)/scripts/uapi-compat.sh --out $(TOOLS_BIN) > /dev/null
 	@cc -O2 -Wall -Wextra -Werror -shared -fPIC -I$(TOP)/tools/include/uapi $(TOP)/tools/selftest/recnote.c \
 		-o $(TOOLS_BIN)/libzcrx-recnote.so -ldl -lpthread
 

@@ -142,6 +142,7 @@ host_checks() {
 	pass=$((pass + hp)) fail=$((fail + hf))
 	[ "$hf" -eq 0 ] || bad="$bad host-tests"
 	host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
+	host_check uapi-1.0-programs-build "$ZCRX_TOP/scripts/uapi-compat.sh" --out "$OUT/uapi-compat"
 	host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
 	host_check module-rustfmt-kernel-style module_rustfmt
 	host_check module-clippy-clean module_clippy

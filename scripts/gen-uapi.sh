@@ -42,7 +42,7 @@ tmp=$(mktemp)
 	bindgen "$H" --use-core --ctypes-prefix ::core::ffi \
 		--allowlist-type 'zcrx_rs_.*' --allowlist-var 'ZCRX_RS_.*' \
 		--with-derive-default --no-prepend-enum-name \
-		-- -I/usr/include
+		-- -I/usr/include -D__ZCRX_RS_CURRENT_NAMES
 } > "$tmp"
 # 2. io_uring's uAPI (zcrx included) for zcrx-bench, from the headers of
 #    the test kernel (installed by scripts/kernel.sh into the build dir).

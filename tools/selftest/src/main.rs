@@ -22,6 +22,7 @@ macro_rules! tryo {
 mod bigbuf;
 mod clients;
 mod common;
+mod compat;
 mod copyonly;
 mod csum;
 mod devlog;
@@ -116,6 +117,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(teardown::TESTS);
     v.extend_from_slice(clients::TESTS);
     v.extend_from_slice(hostile::TESTS);
+    v.extend_from_slice(compat::TESTS);
     v.extend_from_slice(share::TESTS);
     v.extend_from_slice(copyonly::TESTS);
     v.extend_from_slice(multiqueue::TESTS);

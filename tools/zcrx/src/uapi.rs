@@ -56,9 +56,12 @@ mod tests {
     use std::path::PathBuf;
     use std::process::Command;
 
-    fn c_values() -> Vec<(String, u64)> {
+    /// The probe's values, with the names the Rust definitions see
+    /// (`current`: `-D__ZCRX_RS_CURRENT_NAMES`, as bindgen is run) or as a C
+    /// program sees them by default (1.0's names kept in unions).
+    fn c_values(current: bool) -> Vec<(String, u64)> {
         let inc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include/uapi");
-        let dir = std::env::temp_dir().join(format!("zcrx-layout-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("zcrx-layout-{}-{current}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("layout.c");
         let mut c = String::from(
@@ -74,7 +77,12 @@ mod tests {
         c.push_str("return 0; }\n");
         std::fs::write(&src, c).unwrap();
         let exe = dir.join("layout");
-        let st = Command::new("cc").arg("-I").arg(&inc).arg(&src).arg("-o").arg(&exe).status().expect("cc");
+        let mut cc = Command::new("cc");
+        cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"]).arg(&inc);
+        if current {
+            cc.arg("-D__ZCRX_RS_CURRENT_NAMES");
+        }
+        let st = cc.arg(&src).arg("-o").arg(&exe).status().expect("cc");
         assert!(st.success(), "compiling the layout probe failed");
         let out = Command::new(&exe).output().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
@@ -190,11 +198,29 @@ mod tests {
 
     #[test]
     fn layouts_match_the_c_header() {
-        let c = c_values();
+        let c = c_values(true);
         let r = rust_values();
         assert_eq!(c.len(), r.len(), "probe and table list different items");
         for (cv, rv) in c.iter().zip(r.iter()) {
             assert_eq!(cv, rv, "C and Rust disagree");
+        }
+    }
+
+    /// A C program's default view (1.0's names kept beside the current ones
+    /// in anonymous unions) has the same sizes and offsets, but for the two
+    /// `__resv` arrays that 1.0 made longer: there they start where 1.0's
+    /// did (tools/uapi-compat/ checks every 1.0 name).
+    #[test]
+    fn c_default_view_has_the_same_layout() {
+        let c = c_values(false);
+        let r = rust_values();
+        assert_eq!(c.len(), r.len(), "probe and table list different items");
+        for (cv, rv) in c.iter().zip(r.iter()) {
+            match cv.0.as_str() {
+                "zcrx_rs_info.__resv" => assert_eq!(cv.1, offset_of!(zcrx_rs_info, max_buf_size) as u64),
+                "zcrx_rs_area_reg.__resv" => assert_eq!(cv.1, offset_of!(zcrx_rs_area_reg, buf_size) as u64),
+                _ => assert_eq!(cv, rv, "C's default view and Rust disagree"),
+            }
         }
     }
 }

@@ -11,6 +11,14 @@
  * fields and unknown flags must be zero (EINVAL otherwise); each struct
  * starts with nothing version-dependent and grows only at the end, its size
  * being part of the ioctl number.
+ *
+ * No name a released header gave is taken away: where later fields took
+ * over reserved or padding bytes, an anonymous union keeps the first
+ * header's name (zcrx_rs 1.0) for the same bytes, so a program written
+ * against it still builds and, with those bytes zero, runs as it did
+ * (tools/uapi-compat/ checks this). The generated Rust definitions see
+ * only the current names (scripts/gen-uapi.sh defines
+ * __ZCRX_RS_CURRENT_NAMES); the layout is the same either way.
  */
 #ifndef _UAPI_LINUX_ZCRX_RS_H
 #define _UAPI_LINUX_ZCRX_RS_H
@@ -53,10 +61,21 @@ struct zcrx_rs_info {
 					 * however many queues (until every
 					 * page pool that used one is gone) */
 	__u64	pools;			/* out: page pools using zcrx_rs */
-	__u32	max_buf_size;		/* out: largest buf_size of an area
-					 * (ZCRX_RS_FEATURE_BUF_SIZE) */
-	__u32	__pad;			/* out: zero */
-	__u64	__resv[2];		/* out: zero */
+#ifdef __ZCRX_RS_CURRENT_NAMES
+	__u32	max_buf_size;
+	__u32	__pad;
+	__u64	__resv[2];
+#else
+	union {
+		__u64	__resv[3];	/* 1.0's name for all 24 bytes */
+		struct {
+			__u32	max_buf_size;	/* out: largest buf_size of an
+						 * area (ZCRX_RS_FEATURE_BUF_SIZE) */
+			__u32	__pad;		/* out: zero */
+			/* __u64 __resv[2] in the Rust definitions: zero */
+		};
+	};
+#endif
 };
 
 /* INFO features: what this module supports beyond API version 1's base. */
@@ -95,14 +114,28 @@ struct zcrx_rs_area_reg {
 					 * <= ZCRX_RS_AREA_MAX_LEN */
 	__u32	flags;			/* in: ZCRX_RS_AREA_* */
 	__u32	area_id;		/* out: 0 (one area per context) */
-	__u32	buf_size;		/* in: bytes per buffer, a power of two
-					 * from the page size to
-					 * ZCRX_RS_BUF_MAX_SIZE; 0: the page
-					 * size. The queues bound must take
-					 * buffers of this size (their driver's
-					 * rx_page_size support) */
-	__s32	dmabuf_fd;		/* in: with ZCRX_RS_AREA_DMABUF; else 0 */
-	__u64	__resv[1];		/* in: zero */
+#ifdef __ZCRX_RS_CURRENT_NAMES
+	__u32	buf_size;
+	__s32	dmabuf_fd;
+	__u64	__resv[1];
+#else
+	union {
+		__u64	__resv[2];	/* 1.0's name for all 16 bytes: zero
+					 * is the default of each field */
+		struct {
+			__u32	buf_size;	/* in: bytes per buffer, a power
+						 * of two from the page size to
+						 * ZCRX_RS_BUF_MAX_SIZE; 0: the
+						 * page size. The queues bound
+						 * must take buffers of this
+						 * size (their driver's
+						 * rx_page_size support) */
+			__s32	dmabuf_fd;	/* in: with ZCRX_RS_AREA_DMABUF;
+						 * else 0 */
+			/* __u64 __resv[1] in the Rust definitions: zero */
+		};
+	};
+#endif
 };
 
 #define ZCRX_RS_AREA_DMABUF	(1U << 0)	/* the area is a dma-buf */
@@ -112,8 +145,15 @@ struct zcrx_rs_ring_offsets {
 	__u32	head;			/* kernel consumer index (u32) */
 	__u32	tail;			/* user producer index (u32) */
 	__u32	rqes;			/* array of struct zcrx_rs_rqe */
-	__u32	stats;			/* struct zcrx_rs_ring_stats
+#ifdef __ZCRX_RS_CURRENT_NAMES
+	__u32	stats;
+#else
+	union {
+		__u32	stats;		/* struct zcrx_rs_ring_stats
 					 * (ZCRX_RS_FEATURE_EVENTS) */
+		__u32	__resv;		/* 1.0's name */
+	};
+#endif
 };
 
 /*
@@ -164,7 +204,14 @@ struct zcrx_rs_rqe {
 					 * least 1, with ZCRX_RS_RQE_RANGE
 					 * (touching at most
 					 * ZCRX_RS_RANGE_MAX_BUFS buffers) */
-	__u32	flags;			/* 0 or ZCRX_RS_RQE_RANGE (was __pad) */
+#ifdef __ZCRX_RS_CURRENT_NAMES
+	__u32	flags;
+#else
+	union {
+		__u32	flags;		/* 0 or ZCRX_RS_RQE_RANGE */
+		__u32	__pad;		/* 1.0's name */
+	};
+#endif
 };
 
 #define ZCRX_RS_RQE_RANGE	(1U << 0)	/* [off, off + len), one
