@@ -22,7 +22,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	LIBCLANG_PATH=/usr/lib/llvm-19/lib \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
-.PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install rust-analyzer \
+.PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install uninstall rust-analyzer \
 	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests check-plants clean distclean-kernel
 
 all: module
@@ -36,7 +36,8 @@ help:
 	@echo "make kernel        fetch, patch, configure and build the test kernel"
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
 	@echo "make tools         build the userspace tools (tools/: cargo, libzcrx, C example)"
-	@echo "make install       install libzcrx (library, zcrx.h, zcrx.pc; PREFIX=/usr/local)"
+	@echo "make install       install libzcrx (library, zcrx.h, zcrx.pc, man pages; PREFIX=/usr/local)"
+	@echo "make uninstall     remove what make install installed (same PREFIX)"
 	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians (repeatable:"
 	@echo "                   instruction-counted clock, one vCPU; BENCH_ARGS=... for more)"
 	@echo "make bench-wall    the same on two vCPUs against the host's clock (scatters +-20%)"
@@ -88,7 +89,7 @@ LIBZCRX_O      := $(TOP)/tools/target/libzcrx
 LIBZCRX_STAGE  := $(LIBZCRX_O)/prefix
 libzcrx:
 	@$(MAKE) --no-print-directory -s -C $(TOP)/tools/libzcrx O=$(LIBZCRX_O)/build \
-		PREFIX=$(LIBZCRX_STAGE) install
+		PREFIX=$(LIBZCRX_STAGE) WERROR=1 install
 	@mkdir -p $(TOOLS_BIN)
 	@PKG_CONFIG_PATH=$(LIBZCRX_STAGE)/lib/pkgconfig sh -c 'cc $(TOP)/tools/libzcrx/examples/epoll-server.c \
 		$$(pkg-config --cflags --libs zcrx) -Wl,-rpath,$(LIBZCRX_STAGE)/lib -o $(TOOLS_BIN)/zcrx-epoll-server'
@@ -99,6 +100,8 @@ libzcrx:
 PREFIX ?= /usr/local
 install:
 	@$(MAKE) --no-print-directory -C $(TOP)/tools/libzcrx O=$(LIBZCRX_O)/build PREFIX=$(PREFIX) install
+uninstall:
+	@$(MAKE) --no-print-directory -C $(TOP)/tools/libzcrx PREFIX=$(PREFIX) uninstall
 
 # All tests: host tests, the full suite on the fast kernel, then the
 # reliability suite on the debug kernel (KASAN, lockdep, kmemleak).

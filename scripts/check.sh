@@ -129,6 +129,32 @@ tools_clippy() {
 	cd "$ZCRX_TOP/tools" && cargo clippy --release --all-targets --locked -- -D warnings
 }
 
+# libzcrx installed as a user installs it (scratch DESTDIR, warnings as
+# errors): every function zcrx.c exports is in libzcrx.map and is a
+# versioned symbol of the .so (nothing else exported), and `man zcrx_recv`
+# opens the installed page. (Under /tmp: man reads as its own user.)
+libzcrx_install() {
+	local d rc=0 exported mapped dynsym
+	d=$(mktemp -d /tmp/zcrx-libzcrx.XXXXXX)
+	chmod 755 "$d"
+	make -s -C "$ZCRX_TOP/tools/libzcrx" O="$d/build" WERROR=1 DESTDIR="$d/root" PREFIX=/usr install || rc=1
+	exported=$(sed -n 's/^EXPORT [^(]*[ *]\(zcrx_[a-z_]*\)(.*/\1/p' "$ZCRX_TOP/tools/libzcrx/zcrx.c" | sort)
+	mapped=$(sed -n 's/^[[:space:]]*\(zcrx_[a-z_]*\);/\1/p' "$ZCRX_TOP/tools/libzcrx/libzcrx.map" | sort)
+	dynsym=$(objdump -T "$d/root/usr/lib/libzcrx.so.1" | awk '$2 == "g" && $4 == ".text" { print $6 " " $7 }' | sort -k2)
+	if [ "$exported" != "$mapped" ]; then
+		echo "EXPORT in zcrx.c and libzcrx.map differ:"; diff <(echo "$exported") <(echo "$mapped"); rc=1
+	fi
+	if [ "$(echo "$dynsym" | awk '{ print $2 }')" != "$mapped" ] || echo "$dynsym" | grep -qv '^LIBZCRX_1\.[0-9]* '; then
+		echo "the .so's exported functions are not the map's, each with its version:"; echo "$dynsym"; rc=1
+	fi
+	echo "$(echo "$dynsym" | wc -l) functions exported, each versioned: $(echo "$dynsym" | awk '{ print $1 }' | sort -u | tr '\n' ' ')"
+	if ! MANWIDTH=80 man -M "$d/root/usr/share/man" zcrx_recv 2>&1 | grep -q 'ssize_t zcrx_recv('; then
+		echo "man zcrx_recv does not show the page"; rc=1
+	fi
+	rm -rf "$d"
+	return $rc
+}
+
 # 1. host
 host_checks() {
 	stage_begin host-tests
@@ -142,6 +168,7 @@ host_checks() {
 	pass=$((pass + hp)) fail=$((fail + hf))
 	[ "$hf" -eq 0 ] || bad="$bad host-tests"
 	host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
+	host_check libzcrx-install-versions-man libzcrx_install
 	host_check uapi-1.0-programs-build "$ZCRX_TOP/scripts/uapi-compat.sh" --out "$OUT/uapi-compat"
 	host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
 	host_check module-rustfmt-kernel-style module_rustfmt

@@ -6,16 +6,23 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+# The bookworm packages step 1 installs (also listed by --help).
+PKGS="clang-19 libclang-19-dev lld-19 llvm-19 flex bison bc libelf-dev libssl-dev
+      cpio kmod udev rsync iproute2 ethtool qemu-system-x86 python3-pip python3-venv
+      linux-perf python3-yaml python3-jsonschema git make gcc xz-utils socat
+      iputils-ping pkgconf curl iperf3 netsniff-ng python3-docutils"
+
 usage() {
 	cat <<USAGE
 usage: scripts/toolchain.sh [--help]
 
 Sets up, in this order (each step is skipped when already done):
-  1. bookworm packages (apt-get install -t bookworm only): clang-19, lld-19,
-     llvm-19, libclang-19-dev, flex, bison, bc, libelf-dev, libssl-dev, cpio,
-     kmod, udev, rsync, iproute2, ethtool, qemu-system-x86, python3-pip, python3-venv,
-     linux-perf (for make bench --profile), iperf3 and netsniff-ng (mausezahn:
-     the kernel tree's ring_reconfig.py and devlink_in_netns.sh, make tree-tests)
+  1. bookworm packages (apt-get install -t bookworm only):
+$(echo $PKGS | fold -s -w 70 | sed 's/ *$//; s/^/     /')
+     (udev: without it virtme-ng loses the guest's exit code; python3-yaml,
+     python3-jsonschema: the kernel tree's YNL client; linux-perf: make bench
+     --profile; iperf3, netsniff-ng, socat, iputils-ping: the tests;
+     python3-docutils: rst2man for libzcrx's man page)
   2. a private apt configuration under \$ZCRX_CACHE/apt that knows the extra
      suites ($EXTRA_SUITES) for *download only*. The system's apt sources are
      never touched; the private config also pins those suites at -1, so
@@ -45,10 +52,6 @@ SUDO=
 [ "${VERSION_CODENAME:-}" = bookworm ] ||
 	warn "this is $PRETTY_NAME, not Debian 12 (bookworm); continuing, package names may differ"
 
-PKGS="clang-19 libclang-19-dev lld-19 llvm-19 flex bison bc libelf-dev libssl-dev
-      cpio kmod udev rsync iproute2 ethtool qemu-system-x86 python3-pip python3-venv
-      linux-perf python3-yaml python3-jsonschema git make gcc xz-utils socat
-      iputils-ping pkgconf curl iperf3 netsniff-ng"
 missing=
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||

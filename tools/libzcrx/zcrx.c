@@ -68,6 +68,16 @@ struct zcrx {
 	size_t wait_start, wait_end, wait_cap;
 };
 
+EXPORT int zcrx_lib_version_major(void)
+{
+	return ZCRX_LIB_VERSION_MAJOR;
+}
+
+EXPORT int zcrx_lib_version_minor(void)
+{
+	return ZCRX_LIB_VERSION_MINOR;
+}
+
 static int xioctl(int fd, unsigned long req, void *arg)
 {
 	return ioctl(fd, req, arg) < 0 ? -errno : 0;

@@ -29,8 +29,11 @@
 extern "C" {
 #endif
 
+/* The version of this header; zcrx_lib_version_major()/_minor() give the
+ * library's at run time (since 1.5). Functions are versioned symbols
+ * (LIBZCRX_1.0, ...): a program built against 1.N runs with any later 1.x. */
 #define ZCRX_LIB_VERSION_MAJOR	1
-#define ZCRX_LIB_VERSION_MINOR	4
+#define ZCRX_LIB_VERSION_MINOR	5
 
 /* One receive record: the next @len bytes of the stream are at @off. */
 struct zcrx_rec {
@@ -224,6 +227,13 @@ int zcrx_events(struct zcrx *z, uint32_t arm, uint32_t *fired, uint32_t *armed);
  * ring, from zero). -EINVAL if the context was never bound (no ring mapped),
  * -EOPNOTSUPP if the module keeps none (no ZCRX_FEATURE_EVENTS). Since 1.3. */
 int zcrx_ring_stats(const struct zcrx *z, struct zcrx_ring_stats *out);
+
+/* The version of the library the program runs with (which may be newer
+ * than the header it was built with). A program that needs a function of
+ * 1.N checks ZCRX_LIB_VERSION_MINOR at build time; the dynamic linker
+ * refuses to start it with an older library. Since 1.5. */
+int zcrx_lib_version_major(void);
+int zcrx_lib_version_minor(void);
 
 #ifdef __cplusplus
 }
