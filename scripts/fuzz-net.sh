@@ -10,6 +10,7 @@
 # FUZZ_NET_FLAVOUR=fast for the fast kernel.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+no_args "$@"
 
 secs=${FUZZ_NET_S:-600}
 seed=${FUZZ_NET_SEED:-}

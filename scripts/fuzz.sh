@@ -8,6 +8,7 @@
 # run's choices (the seed is printed first).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+no_args "$@"
 
 secs=${FUZZ_S:-600}
 seed=${FUZZ_SEED:-}

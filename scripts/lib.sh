@@ -35,6 +35,23 @@ msg()  { printf '==> %s\n' "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
 die()  { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# For scripts whose settings are environment variables (make fuzz, soak,
+# fuzz-net, tree-tests): no_args "$@" prints the script's header comment
+# for --help and refuses any other argument (exit 2) rather than ignoring
+# it and starting a long VM run.
+no_args() {
+	[ $# -eq 0 ] && return 0
+	local rc=2
+	case $1 in -h|--help) rc=0 ;; esac
+	{
+		echo "usage: ${0#"$ZCRX_TOP"/} (no arguments; settings from the environment)"
+		echo
+		sed -n '4,$ { /^#/!q; s/^# \{0,1\}//p }' "$0"
+	} | if [ $rc -eq 0 ]; then cat; else cat >&2; fi
+	[ $rc -eq 0 ] || printf 'error: unknown argument %s\n' "$1" >&2
+	exit $rc
+}
+
 # Seconds since the epoch, for stage timings.
 now() { date +%s; }
 

@@ -9,9 +9,10 @@
 # on the debug kernel (SOAK_FLAVOUR=fast for more bytes per minute).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+no_args "$@"
 
 secs=${SOAK_S:-1800}
-fl=${FLAVOUR:-debug}
+fl=${SOAK_FLAVOUR:-${FLAVOUR:-debug}}
 KO=$(build_dir "$fl")/zcrx-module/rust/zcrx_rs.ko
 [ -f "$KO" ] || die "no $fl module at $KO (make FLAVOUR=$fl module)"
 msg "soaking for $secs s on the $fl kernel"

@@ -16,6 +16,7 @@
 # check` uses.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+no_args "$@"
 
 fl=${FLAVOUR:-fast}
 B=$(build_dir "$fl")
