@@ -60,6 +60,10 @@ fn run_v1(env: &Env, prog: &std::path::Path, out: &std::path::Path) -> Result<St
     let pat = Arc::new(Pattern::new(0x0100));
     let sent = join(sender(addr_a(false, port), len, pat.clone(), 1));
     let line = rx.recv_timeout(Duration::from_secs(120));
+    if line.is_err() {
+        // No summary: do not wait for ever on a receiver that hangs.
+        let _ = child.kill();
+    }
     let st = child.wait().map_err(|e| e.to_string())?;
     let mut err = String::new();
     if let Some(mut e) = child.stderr.take() {

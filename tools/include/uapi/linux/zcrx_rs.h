@@ -12,13 +12,17 @@
  * starts with nothing version-dependent and grows only at the end, its size
  * being part of the ioctl number.
  *
- * No name a released header gave is taken away: where later fields took
- * over reserved or padding bytes, an anonymous union keeps the first
- * header's name (zcrx_rs 1.0) for the same bytes, so a program written
- * against it still builds and, with those bytes zero, runs as it did
- * (tools/uapi-compat/ checks this). The generated Rust definitions see
- * only the current names (scripts/gen-uapi.sh defines
- * __ZCRX_RS_CURRENT_NAMES); the layout is the same either way.
+ * Where later fields took over reserved or padding bytes, an anonymous
+ * union keeps the first header's name (zcrx_rs 1.0) for the same bytes, so
+ * a program written against it still builds and, with those bytes zero,
+ * runs as it did (tools/uapi-compat/ checks this). One exception could not
+ * be avoided: headers of 1.2 to 1.4 named the reserved tails of
+ * zcrx_rs_area_reg and zcrx_rs_info __resv too, at other offsets; in C,
+ * __resv is 1.0's again (it starts at buf_size and max_buf_size). A
+ * program that zeroes the whole struct, or leaves __resv alone, is not
+ * affected. The generated Rust definitions see only the current names
+ * (scripts/gen-uapi.sh defines __ZCRX_RS_CURRENT_NAMES, under which the
+ * tails are __resv as in 1.2 to 1.4); the layout is the same either way.
  */
 #ifndef _UAPI_LINUX_ZCRX_RS_H
 #define _UAPI_LINUX_ZCRX_RS_H
@@ -66,9 +70,9 @@ struct zcrx_rs_info {
 	__u32	__pad;
 	__u64	__resv[2];
 #else
-	union {
+	__extension__ union {
 		__u64	__resv[3];	/* 1.0's name for all 24 bytes */
-		struct {
+		__extension__ struct {
 			__u32	max_buf_size;	/* out: largest buf_size of an
 						 * area (ZCRX_RS_FEATURE_BUF_SIZE) */
 			__u32	__pad;		/* out: zero */
@@ -119,10 +123,10 @@ struct zcrx_rs_area_reg {
 	__s32	dmabuf_fd;
 	__u64	__resv[1];
 #else
-	union {
+	__extension__ union {
 		__u64	__resv[2];	/* 1.0's name for all 16 bytes: zero
 					 * is the default of each field */
-		struct {
+		__extension__ struct {
 			__u32	buf_size;	/* in: bytes per buffer, a power
 						 * of two from the page size to
 						 * ZCRX_RS_BUF_MAX_SIZE; 0: the
@@ -148,7 +152,7 @@ struct zcrx_rs_ring_offsets {
 #ifdef __ZCRX_RS_CURRENT_NAMES
 	__u32	stats;
 #else
-	union {
+	__extension__ union {
 		__u32	stats;		/* struct zcrx_rs_ring_stats
 					 * (ZCRX_RS_FEATURE_EVENTS) */
 		__u32	__resv;		/* 1.0's name */
@@ -207,7 +211,7 @@ struct zcrx_rs_rqe {
 #ifdef __ZCRX_RS_CURRENT_NAMES
 	__u32	flags;
 #else
-	union {
+	__extension__ union {
 		__u32	flags;		/* 0 or ZCRX_RS_RQE_RANGE */
 		__u32	__pad;		/* 1.0's name */
 	};
