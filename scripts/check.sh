@@ -140,14 +140,16 @@ libzcrx_install() {
 	make -s -C "$ZCRX_TOP/tools/libzcrx" O="$d/build" WERROR=1 DESTDIR="$d/root" PREFIX=/usr install || rc=1
 	exported=$(sed -n 's/^EXPORT [^(]*[ *]\(zcrx_[a-z_]*\)(.*/\1/p' "$ZCRX_TOP/tools/libzcrx/zcrx.c" | sort)
 	mapped=$(sed -n 's/^[[:space:]]*\(zcrx_[a-z_]*\);/\1/p' "$ZCRX_TOP/tools/libzcrx/libzcrx.map" | sort)
-	dynsym=$(objdump -T "$d/root/usr/lib/libzcrx.so.1" | awk '$2 == "g" && $4 == ".text" { print $6 " " $7 }' | sort -k2)
+	# every defined dynamic symbol (functions, data, weak; not the *ABS*
+	# version nodes): version, name
+	dynsym=$(objdump -T "$d/root/usr/lib/libzcrx.so.1" | awk '/^[0-9a-f]+ / && $0 !~ /\*UND\*|\*ABS\*/ { print $(NF-1) " " $NF }' | sort -k2)
 	if [ "$exported" != "$mapped" ]; then
 		echo "EXPORT in zcrx.c and libzcrx.map differ:"; diff <(echo "$exported") <(echo "$mapped"); rc=1
 	fi
 	if [ "$(echo "$dynsym" | awk '{ print $2 }')" != "$mapped" ] || echo "$dynsym" | grep -qv '^LIBZCRX_1\.[0-9]* '; then
-		echo "the .so's exported functions are not the map's, each with its version:"; echo "$dynsym"; rc=1
+		echo "the .so's exported symbols are not the map's, each with its version:"; echo "$dynsym"; rc=1
 	fi
-	echo "$(echo "$dynsym" | wc -l) functions exported, each versioned: $(echo "$dynsym" | awk '{ print $1 }' | sort -u | tr '\n' ' ')"
+	echo "$(echo "$dynsym" | wc -l) symbols exported, each versioned: $(echo "$dynsym" | awk '{ print $1 }' | sort -u | tr '\n' ' ')"
 	if ! MANWIDTH=80 man -M "$d/root/usr/share/man" zcrx_recv 2>&1 | grep -q 'ssize_t zcrx_recv('; then
 		echo "man zcrx_recv does not show the page"; rc=1
 	fi

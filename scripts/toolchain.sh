@@ -10,7 +10,7 @@ set -euo pipefail
 PKGS="clang-19 libclang-19-dev lld-19 llvm-19 flex bison bc libelf-dev libssl-dev
       cpio kmod udev rsync iproute2 ethtool qemu-system-x86 python3-pip python3-venv
       linux-perf python3-yaml python3-jsonschema git make gcc xz-utils socat
-      iputils-ping pkgconf curl iperf3 netsniff-ng python3-docutils"
+      iputils-ping pkgconf curl iperf3 netsniff-ng python3-docutils man-db"
 
 usage() {
 	cat <<USAGE
@@ -22,7 +22,7 @@ $(echo $PKGS | fold -s -w 70 | sed 's/ *$//; s/^/     /')
      (udev: without it virtme-ng loses the guest's exit code; python3-yaml,
      python3-jsonschema: the kernel tree's YNL client; linux-perf: make bench
      --profile; iperf3, netsniff-ng, socat, iputils-ping: the tests;
-     python3-docutils: rst2man for libzcrx's man page)
+     python3-docutils, man-db: libzcrx's man page and its check)
   2. a private apt configuration under \$ZCRX_CACHE/apt that knows the extra
      suites ($EXTRA_SUITES) for *download only*. The system's apt sources are
      never touched; the private config also pins those suites at -1, so

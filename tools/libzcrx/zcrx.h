@@ -231,7 +231,8 @@ int zcrx_ring_stats(const struct zcrx *z, struct zcrx_ring_stats *out);
 /* The version of the library the program runs with (which may be newer
  * than the header it was built with). A program that needs a function of
  * 1.N checks ZCRX_LIB_VERSION_MINOR at build time; the dynamic linker
- * refuses to start it with an older library. Since 1.5. */
+ * refuses to start it with an older library of 1.5 or later (1.0-1.4 have
+ * no symbol versions). Since 1.5. */
 int zcrx_lib_version_major(void);
 int zcrx_lib_version_minor(void);
 
