@@ -4,7 +4,8 @@
 //! The uAPI of `/dev/zcrx`, generated from the one C header
 //! (`tools/include/uapi/linux/zcrx_rs.h`) by `scripts/gen-uapi.sh`. The
 //! generated file carries clang's sizes and offsets as compile-time
-//! assertions; the userspace crate includes the very same file.
+//! assertions; the userspace crate includes the very same file (which lives
+//! in its package: `tools/zcrx/src/uapi_bindings.rs`).
 
 #[allow(
     non_camel_case_types,
@@ -15,7 +16,7 @@
     missing_docs
 )]
 mod generated {
-    include!("../tools/include/uapi/linux/zcrx_rs.rs");
+    include!("../tools/zcrx/src/uapi_bindings.rs");
 }
 
 pub(crate) use generated::*;

@@ -20,7 +20,10 @@ one after the other too.
      the generated uAPI file up to date, checkpatch --strict of the series,
      the module rustfmt-clean with the kernel's .rustfmt.toml and free of
      clippy warnings (make CLIPPY=1, test and plain builds), tools/
-     rustfmt-clean (tools/rustfmt.toml) and clippy-clean
+     rustfmt-clean (tools/rustfmt.toml) and clippy-clean, the zcrx crate
+     packaged (cargo package) and documented without warnings, libzcrx
+     installed with versioned symbols and its man page, programs of the
+     released uAPI headers building against the current one
   2. VM on the FLAVOUR kernel: zcrx_rs KUnit suites + the whole selftest
   3. with --debug, VM on the debug kernel (KASAN, lockdep, kmemleak, fault
      injection): KUnit + the selftest, streams scaled down (16 MiB big
@@ -129,6 +132,19 @@ tools_clippy() {
 	cd "$ZCRX_TOP/tools" && cargo clippy --release --all-targets --locked -- -D warnings
 }
 
+# The zcrx crate as crates.io would take it: `cargo package` (which builds
+# the packaged crate alone, without the workspace's features) and its docs
+# (tokio and bytes features, as docs.rs builds them), warnings failing both.
+crate_package() {
+	local out rc=0
+	cd "$ZCRX_TOP/tools" || return 1
+	out=$(cargo package -p zcrx --allow-dirty --offline 2>&1) || rc=1
+	echo "$out"
+	! echo "$out" | grep -q '^warning' || rc=1
+	RUSTDOCFLAGS=-Dwarnings cargo doc -p zcrx --no-deps --features tokio,bytes || rc=1
+	return $rc
+}
+
 # libzcrx installed as a user installs it (scratch DESTDIR, warnings as
 # errors): every function zcrx.c exports is in libzcrx.map and is a
 # versioned symbol of the .so (nothing else exported), and `man zcrx_recv`
@@ -178,6 +194,7 @@ host_checks() {
 	host_check module-unsafe-only-in-net-mm module_layering
 	host_check tools-rustfmt tools_rustfmt
 	host_check tools-clippy-clean tools_clippy
+	host_check crate-zcrx-package-and-docs crate_package
 	lines="$lines
 host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy (module and tools/) and layering checks"
 	stage_end

@@ -10,8 +10,8 @@ usage() {
 usage: scripts/gen-uapi.sh [--check]
 
 Runs bindgen on tools/include/uapi/linux/zcrx_rs.h and writes
-tools/include/uapi/linux/zcrx_rs.rs, which both the module (rust/uapi.rs)
-and the userspace crate (tools/zcrx) include. The generated file carries
+tools/zcrx/src/uapi_bindings.rs, which both the userspace crate (tools/zcrx,
+whose package must hold it) and the module (rust/uapi.rs) include. The generated file carries
 compile-time size/offset assertions computed by clang from the header.
 Also writes tools/zcrx-bench/src/io_uring_sys.rs from the test kernel's
 <linux/io_uring.h> (the io_uring zcrx baseline of the benchmark).
@@ -29,7 +29,7 @@ case ${1:-} in
 esac
 
 H=$ZCRX_TOP/tools/include/uapi/linux/zcrx_rs.h
-OUT=$ZCRX_TOP/tools/include/uapi/linux/zcrx_rs.rs
+OUT=$ZCRX_TOP/tools/zcrx/src/uapi_bindings.rs
 export PATH=$HOME/.cargo/bin:$PATH
 export LIBCLANG_PATH=/usr/lib/llvm${LLVM_SUFFIX}/lib
 command -v bindgen >/dev/null || die "bindgen not found; run scripts/toolchain.sh"

@@ -88,22 +88,29 @@ fn area_refuses_odd_memory(env: &Env) -> Outcome {
         ("read-only MAP_SHARED memfd", tryo!(Map::new(len, libc::PROT_READ, libc::MAP_SHARED, mfd)), libc::EACCES),
     ];
     for (what, m, want) in &cases {
-        tryo!(expect_errno(what, z.register_raw(m.addr(), len as u64), *want));
+        // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+        tryo!(expect_errno(what, unsafe { z.register_raw(m.addr(), len as u64) }, *want));
     }
     // A range that starts in good memory and runs into bad: refused whole.
     let good = tryo!(Map::new(2 * len, rw, anon, -1));
     // SAFETY: making the second half of our own mapping read-only.
     unsafe { libc::mprotect((good.addr() as usize + len) as *mut _, len, libc::PROT_READ) };
-    tryo!(expect_errno("writable memory running into read-only", z.register_raw(good.addr(), 2 * len as u64), libc::EACCES));
+    // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+    tryo!(expect_errno("writable memory running into read-only", unsafe { z.register_raw(good.addr(), 2 * len as u64) }, libc::EACCES));
     // What is allowed still is: private anonymous and a shared memfd.
-    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(good.addr(), len as u64)).map_err(|e| format!("anonymous: {e}")));
+    // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+    tryo!(Zcrx::open().and_then(|z2| unsafe { z2.register_raw(good.addr(), len as u64) }).map_err(|e| format!("anonymous: {e}")));
     let shared = tryo!(Map::new(len, rw, libc::MAP_SHARED, mfd));
-    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(shared.addr(), len as u64)).map_err(|e| format!("shared memfd: {e}")));
+    // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+    tryo!(Zcrx::open().and_then(|z2| unsafe { z2.register_raw(shared.addr(), len as u64) }).map_err(|e| format!("shared memfd: {e}")));
     // A private map of /dev/zero is anonymous memory (no vm_ops), though
     // it has a file.
     let zero = tryo!(std::fs::OpenOptions::new().read(true).write(true).open("/dev/zero").map_err(|e| e.to_string()));
     let zmap = tryo!(Map::new(len, rw, libc::MAP_PRIVATE, zero.as_raw_fd()));
-    tryo!(Zcrx::open().and_then(|z2| z2.register_raw(zmap.addr(), len as u64)).map_err(|e| format!("MAP_PRIVATE /dev/zero: {e}")));
+    // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+    tryo!(Zcrx::open()
+        .and_then(|z2| unsafe { z2.register_raw(zmap.addr(), len as u64) })
+        .map_err(|e| format!("MAP_PRIVATE /dev/zero: {e}")));
     let st = tryo!(z.stats().map_err(|e| e.to_string()));
     if st.area_buffers != 0 {
         return Fail(format!("an area of {} buffers exists after only refusals", st.area_buffers));
@@ -147,10 +154,12 @@ fn ring_mmap_rules(env: &Env) -> Outcome {
         // this context's sibling: refused, never received into.
         let (addr, len) = z.ring_mapping().ok_or("no ring mapping")?;
         let z2 = Zcrx::open().map_err(|e| e.to_string())?;
-        expect_errno("a refill ring as an area", z2.register_raw(addr, len as u64), libc::EOPNOTSUPP)?;
+        // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+        expect_errno("a refill ring as an area", unsafe { z2.register_raw(addr, len as u64) }, libc::EOPNOTSUPP)?;
         // A second shared mapping of the ring is fine (and is no area either).
         let m = Map::new(ps, rw, libc::MAP_SHARED, fd)?;
-        expect_errno("a second ring mapping as an area", z2.register_raw(m.addr(), ps as u64), libc::EOPNOTSUPP)?;
+        // SAFETY: the range is our own mapping that no Rust object lives in (or one the module refuses); the context is never bound and never receives, so nothing writes it.
+        expect_errno("a second ring mapping as an area", unsafe { z2.register_raw(m.addr(), ps as u64) }, libc::EOPNOTSUPP)?;
         Ok(())
     });
     tryo!(join(h));

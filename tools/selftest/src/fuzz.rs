@@ -188,7 +188,8 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                             let rings = sh.rings.lock().unwrap();
                             match rings.first().copied() {
                                 Some((a, l)) => {
-                                    let r = c.z.register_raw(a, l as u64);
+                                    // SAFETY: a mapping this context keeps (raw_area) that no Rust object lives in, or memory the module must refuse (unmapped, a ring): nothing else of ours is ever written.
+                                    let r = unsafe { c.z.register_raw(a, l as u64) };
                                     t.note("register_ring", &r);
                                     continue;
                                 }
@@ -200,7 +201,8 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                             (rng.pick(&bad_addrs), rng.pick(&[0u64, ps as u64, u64::MAX, (1 << 32) + ps as u64, any]), None)
                         }
                     };
-                    let r = c.z.register_raw(addr, len);
+                    // SAFETY: a mapping this context keeps (raw_area) that no Rust object lives in, or memory the module must refuse (unmapped, a ring): nothing else of ours is ever written.
+                    let r = unsafe { c.z.register_raw(addr, len) };
                     t.note("register_raw", &r);
                     if r.is_ok() {
                         c.raw_area = keep;

@@ -173,7 +173,8 @@ fn child_register(bytes: usize, limit: u64) -> ! {
     let p = unsafe {
         libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
     };
-    match z.register_raw(p as u64, bytes as u64) {
+    // SAFETY: a fresh anonymous mapping no Rust object lives in, kept until exit.
+    match unsafe { z.register_raw(p as u64, bytes as u64) } {
         Ok(()) => println!("ok"),
         Err(e) => println!("errno {}", e.raw_os_error().unwrap_or(0)),
     }

@@ -24,8 +24,11 @@ pub const TESTS: &[(&str, TestFn)] = &[("one_context_four_queues_rss", one_conte
 type Got = (u64, u64, u64);
 
 /// Receives `s` to its end through `ctx`, checking every byte against
-/// `pat` from stream offset 0; records go back as each batch drops.
-fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern) -> Result<Got, String> {
+/// `pat` from stream offset 0; records go back as each batch drops, or
+/// (`as_bytes`) each record becomes a `bytes::Bytes` owning its buffer
+/// (the crate's `bytes` feature), checked through a slice that outlives
+/// the `Bytes` it was cut from.
+fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern, as_bytes: bool) -> Result<Got, String> {
     let (mut off, mut zc, mut copy) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     loop {
@@ -41,6 +44,26 @@ fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern) -> Result<Got, Strin
         };
         if b.is_eof() {
             return Ok((off, zc, copy));
+        }
+        if as_bytes {
+            for buf in b {
+                let copied = buf.is_copy();
+                let whole = bytes::Bytes::from(buf);
+                let part = whole.slice(..);
+                drop(whole);
+                if let Some(bad) = pat.check(off, &part) {
+                    return Err(format!("payload mismatch at stream offset {bad} (through Bytes)"));
+                }
+                let n = part.len() as u64;
+                off += n;
+                if copied {
+                    copy += n;
+                } else {
+                    zc += n;
+                    crate::devlog::note(&part)?;
+                }
+            }
+            continue;
         }
         for r in b.iter() {
             if let Some(bad) = pat.check(off, r.data()) {
@@ -63,7 +86,8 @@ fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern) -> Result<Got, Strin
 
 /// A 4-queue netdevsim pair spreading flows by RSS (`ethtool -X equal 4`);
 /// one context binds queue 0, then adds 1, 2 and 3. Sixteen connections,
-/// each received by its own thread through the one context, byte-exact;
+/// each received by its own thread through the one context (every other
+/// one through `bytes::Bytes` made of its records), byte-exact;
 /// all zero-copy; netdevsim DMA'd on several queues. The rules of adding a
 /// queue are checked on the way: not before a binding (`EINVAL`), not a
 /// queue already bound (`EEXIST`), not another device (`EXDEV`), not a
@@ -139,7 +163,8 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
             };
             // Each flow its own data: a buffer of another flow fails.
             let (c, p) = (ctx.clone(), Pattern::new(flow_seed(seed, peer.port())));
-            threads.push(std::thread::spawn(move || receive_one(&c, &s, &p)));
+            let as_bytes = threads.len() % 2 == 1;
+            threads.push(std::thread::spawn(move || receive_one(&c, &s, &p, as_bytes)));
         }
         // Every receiver joined before any error returns: none may go on
         // noting records into a later test's DMA log.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! A tokio receiver: `tokio-recv IFNAME QUEUE PORT` accepts connections and
@@ -60,6 +60,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
                         let (z, c) = b.split_counts();
                         (zc, copied) = (zc + z, copied + c);
                     } // the batch goes back to the ring here
+                    // Other tasks hold every buffer for now: not the end.
+                    Err(e) if e.kind() == zcrx::ErrorKind::NoBuffers => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     Err(e) => return eprintln!("{peer}: {e}"),
                 }
             }

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! The safe, ownership-based API: a [`Context`] (shareable between threads),
@@ -47,7 +47,7 @@ pub struct Info {
     /// The module's uAPI version.
     pub api_version: u32,
     /// The page size: the default and smallest buffer size of an area.
-    pub buf_size: usize,
+    pub page_size: usize,
     /// The largest buffer size an area may have ([`Context::open_with`]):
     /// the page size on a module without [`Info::buf_size()`].
     pub max_buf_size: usize,
@@ -72,8 +72,7 @@ impl Info {
     }
 
     /// Whether an area can have buffers larger than a page
-    /// ([`Context::open_with`], up to [`Info::max_buf_size`]). Not to be
-    /// confused with the field `buf_size`, the page size.
+    /// ([`Context::open_with`], up to [`Info::max_buf_size`]).
     pub fn buf_size(&self) -> bool {
         self.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0
     }
@@ -89,7 +88,7 @@ impl Info {
     fn from_uapi(i: &zcrx_rs_info) -> Self {
         let feature = i.features & u64::from(ZCRX_RS_FEATURE_BUF_SIZE) != 0;
         let max = if feature && i.max_buf_size != 0 { i.max_buf_size } else { i.page_size };
-        Info { api_version: i.api_version, buf_size: i.page_size as usize, max_buf_size: max as usize, features: i.features }
+        Info { api_version: i.api_version, page_size: i.page_size as usize, max_buf_size: max as usize, features: i.features }
     }
 }
 
@@ -422,10 +421,10 @@ impl Context {
     /// Events belong to the context: they stay armed across
     /// [`Context::unbind`] and a new bind. Needs the module's
     /// [`Info::events`] (`ENOTTY` otherwise; `EINVAL` for events it does
-    /// not know). Errors say [`Op::Stats`].
+    /// not know). Errors say [`Op::Events`].
     pub fn arm_events(&self, events: Events) -> Result<EventsState> {
         let mut e = zcrx_rs_events { arm: events.bits(), ..Default::default() };
-        ioctl(&self.shared.fd, IOC_EVENTS as _, &mut e as *mut _ as usize).map_err(|e| Error::new(Op::Stats, e))?;
+        ioctl(&self.shared.fd, IOC_EVENTS as _, &mut e as *mut _ as usize).map_err(|e| Error::new(Op::Events, e))?;
         Ok(EventsState::from_uapi(&e))
     }
 
@@ -568,6 +567,46 @@ impl Drop for Batch {
     }
 }
 
+// Debug: what a program logs (fds, sizes, record positions), never the
+// payload.
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.shared;
+        f.debug_struct("Context")
+            .field("fd", &s.fd.as_raw_fd())
+            .field("area_len", &s.area_len)
+            .field("buf_size", &s.buf_size)
+            .field("huge", &s.huge)
+            .field("merge", &s.merge)
+            .field("bound", &s.refill().ring.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch").field("records", &self.recs.len()).field("bytes", &self.bytes).finish()
+    }
+}
+
+impl std::fmt::Debug for Record<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record").field("offset", &self.rec.off).field("len", &self.rec.len).field("copy", &self.is_copy()).finish()
+    }
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf").field("offset", &self.rec.off).field("len", &self.rec.len).field("copy", &self.is_copy()).finish()
+    }
+}
+
+impl std::fmt::Debug for BufIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufIter").field("left", &self.recs.len()).finish()
+    }
+}
+
 /// The records of a [`Batch`] as [`Buf`]s.
 pub struct BufIter {
     shared: Arc<Shared>,
@@ -616,6 +655,18 @@ impl std::ops::Deref for Buf {
     }
 }
 
+/// With the `bytes` feature: the record as a [`bytes::Bytes`] that owns its
+/// buffer, for code built on `bytes` (hyper, tonic, ...). No copy; the
+/// buffer goes back to the refill ring when the last clone or slice of the
+/// `Bytes` is dropped, so a `Bytes` kept for long keeps its buffer from the
+/// NIC for as long.
+#[cfg(feature = "bytes")]
+impl From<Buf> for bytes::Bytes {
+    fn from(b: Buf) -> bytes::Bytes {
+        bytes::Bytes::from_owner(b)
+    }
+}
+
 impl AsRef<[u8]> for Buf {
     fn as_ref(&self) -> &[u8] {
         self
@@ -661,12 +712,12 @@ mod tests {
         let mut i = zcrx_rs_info { api_version: 1, page_size: 4096, features: 0x7, ..Default::default() };
         let old = Info::from_uapi(&i);
         assert!(!old.buf_size() && old.add_queue());
-        assert_eq!((old.buf_size, old.max_buf_size), (4096, 4096));
+        assert_eq!((old.page_size, old.max_buf_size), (4096, 4096));
         i.features |= u64::from(ZCRX_RS_FEATURE_BUF_SIZE);
         i.max_buf_size = ZCRX_RS_BUF_MAX_SIZE;
         let new = Info::from_uapi(&i);
         assert!(new.buf_size());
-        assert_eq!((new.buf_size, new.max_buf_size), (4096, 2 << 20));
+        assert_eq!((new.page_size, new.max_buf_size), (4096, 2 << 20));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! A context of `/dev/zcrx`: the area, the binding, the refill ring, and
@@ -274,7 +274,9 @@ impl Zcrx {
     /// contexts only (`BIND` says `ERANGE`).
     pub fn register_area_with(&mut self, len: usize, buf_size: usize, huge: bool) -> io::Result<()> {
         let m = if huge { Mapping::huge(len)? } else { Mapping::anon(len)? };
-        self.register_raw_buf(m.ptr as u64, len as u64, buf_size as u32)?;
+        // SAFETY: a fresh mapping no Rust object lives in, kept (`area`) for
+        // as long as the context; read only through `data`.
+        unsafe { self.register_raw_buf(m.ptr as u64, len as u64, buf_size as u32)? };
         self.area = Some(m);
         Ok(())
     }
@@ -287,14 +289,27 @@ impl Zcrx {
 
     /// Registers memory the caller owns (`addr`, `len`); the caller keeps it
     /// mapped for as long as this context lives. For tests of odd memory.
-    pub fn register_raw(&self, addr: u64, len: u64) -> io::Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// If the module accepts the range, the kernel and (once bound) the NIC
+    /// write into it until the context is gone, behind the compiler's back:
+    /// the range must not overlap memory this program reads or writes as
+    /// Rust objects (a `Vec`, the stack, ...) while the context lives. A
+    /// range the module refuses (bad alignment, unmapped, ...) is never
+    /// written.
+    pub unsafe fn register_raw(&self, addr: u64, len: u64) -> io::Result<()> {
         let mut r = zcrx_rs_area_reg { addr, len, ..Default::default() };
         ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
         Ok(())
     }
 
     /// [`Zcrx::register_raw`] with `buf_size`-byte buffers (0: a page).
-    pub fn register_raw_buf(&mut self, addr: u64, len: u64, buf_size: u32) -> io::Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// As for [`Zcrx::register_raw`].
+    pub unsafe fn register_raw_buf(&mut self, addr: u64, len: u64, buf_size: u32) -> io::Result<()> {
         let mut r = zcrx_rs_area_reg { addr, len, buf_size, ..Default::default() };
         ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
         self.buf_size = if buf_size == 0 { page_size() } else { buf_size as usize };

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! Typed errors of [`crate::Context`]: which operation failed, what that
@@ -11,6 +11,7 @@ use crate::sys::errno_name;
 
 /// The operation that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Op {
     /// Opening `/dev/zcrx`.
     Open,
@@ -26,6 +27,8 @@ pub enum Op {
     Recv,
     /// Reading the counters.
     Stats,
+    /// Arming, collecting or waiting for events.
+    Events,
 }
 
 /// What went wrong, as far as the caller can act on it.
@@ -165,6 +168,7 @@ impl fmt::Display for Error {
             Op::Unbind => "unbind",
             Op::Recv => "recv",
             Op::Stats => "stats",
+            Op::Events => "events",
         };
         let what = match self.kind {
             ErrorKind::ModuleNotLoaded => "the zcrx_rs module is not loaded",

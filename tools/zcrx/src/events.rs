@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! Events of a context and the counters in its ring mapping: a program
@@ -197,7 +197,7 @@ pub struct RingStats {
 
 /// The error of waiting with nothing armed (it would never end).
 pub(crate) fn nothing_armed() -> Error {
-    Error::with_kind(Op::Stats, ErrorKind::InvalidArgument, std::io::Error::from_raw_os_error(libc::EINVAL))
+    Error::with_kind(Op::Events, ErrorKind::InvalidArgument, std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// Waits in `poll(2)` for `POLLPRI` on `fd` (a context's) and collects
@@ -233,7 +233,7 @@ pub(crate) fn wait_blocking(
         if unsafe { libc::poll(&mut p, 1, ms) } < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(Error::new(Op::Stats, e));
+                return Err(Error::new(Op::Events, e));
             }
         }
         // Ready, timed out or interrupted: whatever fired is collected.

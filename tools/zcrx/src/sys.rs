@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! Thin, checked wrappers around the few raw syscalls the tools need.

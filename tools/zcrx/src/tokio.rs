@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! zcrx on tokio (feature `tokio`): [`ZcrxStream`] waits for the socket to
@@ -12,7 +12,15 @@
 //! let (sock, _) = listener.accept().await?;
 //! let stream = zcrx::tokio::ZcrxStream::new(ctx.clone(), sock);
 //! loop {
-//!     let batch = stream.recv(256).await?;
+//!     let batch = match stream.recv(256).await {
+//!         Ok(b) => b,
+//!         // Other tasks hold every buffer for now (this one holds none).
+//!         Err(e) if e.kind() == zcrx::ErrorKind::NoBuffers => {
+//!             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+//!             continue;
+//!         }
+//!         Err(e) => return Err(e.into()),
+//!     };
 //!     if batch.is_eof() {
 //!         break;
 //!     }
@@ -51,6 +59,13 @@ impl ZcrxStream {
     /// Waits until data (or the end of the stream, or an error) is there
     /// and receives at most `max_records` records. An empty batch with
     /// [`Batch::is_eof`] is the end of the stream.
+    ///
+    /// [`ErrorKind::NoBuffers`]: nothing can be read while every buffer of
+    /// the area is out and this program (any task of it, through this
+    /// context) holds some. Not the end of the connection: drop what this
+    /// task holds, if anything, and call again a little later (the module
+    /// says so rather than sleep, lest a task that holds the last buffers
+    /// wait for itself).
     pub async fn recv(&self, max_records: usize) -> Result<Batch> {
         loop {
             if let Err(e) = self.sock.readable().await {
@@ -130,13 +145,13 @@ impl EventWatcher {
         if !ctx.info()?.events() {
             return Err(Error::with_kind(Op::Info, ErrorKind::Other, io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
         }
-        let fd = ctx.as_fd().try_clone_to_owned().map_err(|e| Error::new(Op::Stats, e))?;
+        let fd = ctx.as_fd().try_clone_to_owned().map_err(|e| Error::new(Op::Events, e))?;
         // `with_interest` is deprecated from tokio 1.53.3 for the unsafe
         // `register_with_interest` (I/O safety: the fd must stay open while
         // registered), which the tokio this crate takes (1.40) lacks. The
         // `OwnedFd` it owns stays open until the `AsyncFd` drops: sound.
         #[allow(deprecated)]
-        let fd = AsyncFd::with_interest(fd, Interest::PRIORITY).map_err(|e| Error::new(Op::Stats, e))?;
+        let fd = AsyncFd::with_interest(fd, Interest::PRIORITY).map_err(|e| Error::new(Op::Events, e))?;
         Ok(EventWatcher { ctx, fd })
     }
 
@@ -171,7 +186,7 @@ async fn wait_async(fd: &AsyncFd<OwnedFd>, mut st: EventsState, mut collect: imp
         if st.armed.is_empty() {
             return Err(nothing_armed());
         }
-        let mut guard = fd.ready(Interest::PRIORITY).await.map_err(|e| Error::new(Op::Stats, e))?;
+        let mut guard = fd.ready(Interest::PRIORITY).await.map_err(|e| Error::new(Op::Events, e))?;
         st = collect()?;
         // Collected (or a stale wake-up): wait for the next edge. An event
         // firing after the collect is not lost: tokio keeps a readiness

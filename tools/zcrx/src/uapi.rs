@@ -1,27 +1,60 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: LGPL-2.1-or-later OR MIT
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! The uAPI of `/dev/zcrx`: the same generated file the module includes
-//! (`tools/include/uapi/linux/zcrx_rs.rs`, from `zcrx_rs.h`), plus the ioctl
-//! numbers, computed the way `<asm-generic/ioctl.h>` does.
+//! (`uapi_bindings.rs`, generated from `zcrx_rs.h`), plus the ioctl numbers,
+//! computed the way the kernel's `<asm/ioctl.h>` does on the target.
 
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, missing_docs)]
 mod generated {
-    include!("../../include/uapi/linux/zcrx_rs.rs");
+    include!("uapi_bindings.rs");
 }
 
 pub use generated::*;
 
 const IOC_NRBITS: u32 = 8;
 const IOC_TYPEBITS: u32 = 8;
-const IOC_SIZEBITS: u32 = 14;
 const IOC_NRSHIFT: u32 = 0;
 const IOC_TYPESHIFT: u32 = IOC_NRSHIFT + IOC_NRBITS;
 const IOC_SIZESHIFT: u32 = IOC_TYPESHIFT + IOC_TYPEBITS;
 const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
-const IOC_NONE: u32 = 0;
-const IOC_WRITE: u32 = 1;
-const IOC_READ: u32 = 2;
+
+// The architectures whose <asm/ioctl.h> overrides asm-generic's: 13 size
+// bits and three direction bits, "none" being 1.
+#[cfg(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips32r6",
+    target_arch = "mips64",
+    target_arch = "mips64r6",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+))]
+mod dir {
+    pub(super) const IOC_SIZEBITS: u32 = 13;
+    pub(super) const IOC_NONE: u32 = 1;
+    pub(super) const IOC_READ: u32 = 2;
+    pub(super) const IOC_WRITE: u32 = 4;
+}
+// asm-generic: x86, arm, arm64, riscv, s390, loongarch, ...
+#[cfg(not(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips32r6",
+    target_arch = "mips64",
+    target_arch = "mips64r6",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+)))]
+mod dir {
+    pub(super) const IOC_SIZEBITS: u32 = 14;
+    pub(super) const IOC_NONE: u32 = 0;
+    pub(super) const IOC_WRITE: u32 = 1;
+    pub(super) const IOC_READ: u32 = 2;
+}
+use dir::*;
 
 const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
     (dir << IOC_DIRSHIFT) | (ty << IOC_TYPESHIFT) | (nr << IOC_NRSHIFT) | ((size as u32) << IOC_SIZESHIFT)
