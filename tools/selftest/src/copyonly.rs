@@ -228,6 +228,9 @@ fn unregister_waits_for_running_recv(env: &Env) -> Outcome {
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
         other => return Fail(format!("UNREGISTER_AREA during a RECV: {other:?}, expected EBUSY")),
     }
+    // SAFETY: what the thread's RECV on this context returned, not given
+    // back yet, adopted once.
+    unsafe { z.adopt(&recs) };
     if recs.len() != 1 || recs[0].len != 1 || z.data(&recs[0]) != b"x" {
         return Fail(format!("RECV returned {recs:?}, expected one copied byte 'x'"));
     }

@@ -64,9 +64,11 @@ pub struct Alias {
 }
 
 impl Alias {
-    pub fn new(from: &[u8], fd: &std::os::fd::OwnedFd) -> Result<Alias, String> {
+    /// `from`: the address and length of the range (only looked up, never
+    /// read through).
+    pub fn new(from: (*const u8, usize), fd: &std::os::fd::OwnedFd) -> Result<Alias, String> {
         use std::os::fd::AsRawFd;
-        let len = from.len();
+        let len = from.1;
         // SAFETY: a new shared read-only mapping of our fd; nothing else is
         // at the address the kernel picks.
         let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
@@ -78,7 +80,7 @@ impl Alias {
         if a.is_some() {
             return Err("an alias is already set".into());
         }
-        *a = Some((from.as_ptr() as u64, len as u64, map as u64));
+        *a = Some((from.0 as u64, len as u64, map as u64));
         Ok(alias)
     }
 }

@@ -144,7 +144,8 @@ fn dmabuf_area_zero_copy(env: &Env) -> Outcome {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         // pagemap cannot read the dma-buf's mapping (VM_PFNMAP): the device
         // check finds the records' pages through the memfd's
-        let alias = crate::devlog::Alias::new(z.data(&Rec { off: 0, len: LEN as u32, ..Default::default() }), &mfd)?;
+        let area = z.area_range().ok_or("no area mapped")?;
+        let alias = crate::devlog::Alias::new(area, &mfd)?;
         let rx = receive(&mut z, &s, &Pattern::new(seed), None)?;
         drop(alias);
         let st = z.stats().map_err(|e| format!("stats: {e}"))?;

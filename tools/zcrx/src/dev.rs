@@ -230,6 +230,12 @@ pub struct Zcrx {
     ring: Option<Ring>,
     /// The registered area's buffer size (the page size until one is).
     buf_size: usize,
+    /// For each buffer of the area, how many records the program holds
+    /// that touch it: counted up by [`Zcrx::recv`], down when records or
+    /// entries go back. [`Zcrx::data`] reads only buffers held here, which
+    /// the kernel does not write (a record given back, or made up, would
+    /// be memory the NIC may be writing).
+    held: Vec<u16>,
 }
 
 impl Zcrx {
@@ -240,7 +246,7 @@ impl Zcrx {
 
     /// Opens the device at `path`.
     pub fn open_path(path: &Path) -> io::Result<Self> {
-        Ok(Zcrx { fd: open(path, libc::O_RDWR)?, area: None, ring: None, buf_size: page_size() })
+        Ok(Zcrx { fd: open(path, libc::O_RDWR)?, area: None, ring: None, buf_size: page_size(), held: Vec::new() })
     }
 
     /// The raw fd (for tests that issue their own ioctls).
@@ -278,6 +284,7 @@ impl Zcrx {
         // as long as the context; read only through `data`.
         unsafe { self.register_raw_buf(m.ptr as u64, len as u64, buf_size as u32)? };
         self.area = Some(m);
+        self.held = vec![0; len / self.buf_size];
         Ok(())
     }
 
@@ -331,7 +338,10 @@ impl Zcrx {
         };
         ioctl(&self.fd, IOC_REGISTER_AREA as _, &mut r as *mut _ as usize)?;
         match Mapping::shared(dmabuf, len) {
-            Ok(m) => self.area = Some(m),
+            Ok(m) => {
+                self.area = Some(m);
+                self.held = vec![0; len / if buf_size == 0 { page_size() } else { buf_size }];
+            }
             Err(e) => {
                 // An exporter without mmap: give the area up again, so the
                 // context is as it was.
@@ -404,6 +414,7 @@ impl Zcrx {
         ioctl(&self.fd, IOC_UNREGISTER_AREA as _, 0)?;
         self.ring = None;
         self.area = None;
+        self.held = Vec::new();
         self.buf_size = page_size();
         Ok(())
     }
@@ -420,17 +431,72 @@ impl Zcrx {
         let mut r = zcrx_rs_recv { sockfd: sock, flags, recs: recs.as_mut_ptr() as u64, nr_recs: recs.len() as u32, ..Default::default() };
         let ret = ioctl(&self.fd, IOC_RECV as _, &mut r as *mut _ as usize)?;
         debug_assert_eq!(ret as u64, r.bytes);
+        let n = (r.nr_recs as usize).min(recs.len());
+        // SAFETY: what this RECV returned, counted once.
+        unsafe { self.adopt(&recs[..n]) };
         Ok(Received { records: r.nr_recs as usize, bytes: r.bytes })
     }
 
-    /// The data a record describes.
+    /// Counts records received outside [`Zcrx::recv`] (a raw
+    /// `ZCRX_RS_IOC_RECV` on [`Zcrx::raw_fd`], e.g. from another thread) as
+    /// held, so that [`Zcrx::data`] reads them.
+    ///
+    /// # Safety
+    ///
+    /// The records must be what a RECV on this context returned, not given
+    /// back yet, and adopted once: `data` then trusts that the kernel does
+    /// not write their buffers.
+    pub unsafe fn adopt(&mut self, recs: &[Rec]) {
+        for rec in recs {
+            for b in self.buffers_of(rec.off, rec.len as u64) {
+                if let Some(h) = self.held.get_mut(b) {
+                    *h = h.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// The buffers `[off, off + len)` touches.
+    fn buffers_of(&self, off: u64, len: u64) -> std::ops::Range<usize> {
+        let bs = self.buf_size as u64;
+        match off.checked_add(len) {
+            Some(end) if len > 0 => (off / bs) as usize..((end - 1) / bs + 1) as usize,
+            _ => 0..0,
+        }
+    }
+
+    /// Counts the records or entries going back off the ledger.
+    fn release(&mut self, ranges: impl Iterator<Item = std::ops::Range<usize>>) {
+        for r in ranges {
+            for b in r {
+                if let Some(h) = self.held.get_mut(b) {
+                    *h = h.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// The data a record describes. Panics unless the record lies in the
+    /// area registered here and every buffer it touches is held by this
+    /// program (received, not given back): those the kernel does not
+    /// write.
     #[inline]
     pub fn data(&self, r: &Rec) -> &[u8] {
         let a = self.area.as_ref().expect("no area registered through register_area");
         assert!(r.off.checked_add(r.len as u64).is_some_and(|end| end <= a.len as u64), "record outside the area");
-        // SAFETY: inside our mapping; the kernel does not write a buffer
-        // while the user holds it.
+        let held = self.buffers_of(r.off, r.len as u64).all(|b| self.held.get(b).is_some_and(|&h| h > 0));
+        assert!(held, "record {}+{}: a buffer it touches is not held (given back, or never received)", r.off, r.len);
+        // SAFETY: inside our mapping; every buffer the range touches is
+        // held by the program (the ledger), and the kernel does not write
+        // a buffer while the user holds it; the borrow of `self` ends
+        // before anything can give it back (`refill*` take `&mut self`).
         unsafe { std::slice::from_raw_parts(a.ptr.add(r.off as usize), r.len as usize) }
+    }
+
+    /// The area's address and length, for tests that look its pages up
+    /// (pagemap); not for reading (see [`Zcrx::data`]).
+    pub fn area_range(&self) -> Option<(*const u8, usize)> {
+        self.area.as_ref().map(|a| (a.ptr as *const u8, a.len))
     }
 
     /// Address and length of the refill ring's mapping, if bound (for tests
@@ -486,6 +552,8 @@ impl Zcrx {
     pub fn refill(&mut self, recs: &[Rec]) -> io::Result<()> {
         let ring = self.ring.as_mut().ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
         ring.give_back(recs.iter().map(|r| (r.off, r.len)));
+        let ranges: Vec<_> = recs.iter().map(|r| self.buffers_of(r.off, r.len as u64)).collect();
+        self.release(ranges.into_iter());
         Ok(())
     }
 
@@ -505,6 +573,19 @@ impl Zcrx {
             ring.write(*e);
         }
         ring.publish();
+        let bs = self.buf_size as u64;
+        let ranges: Vec<_> =
+            entries
+                .iter()
+                .map(|e| {
+                    if e.flags & ZCRX_RS_RQE_RANGE != 0 {
+                        self.buffers_of(e.off, e.len as u64)
+                    } else {
+                        self.buffers_of(e.off / bs * bs, 1)
+                    }
+                })
+                .collect();
+        self.release(ranges.into_iter());
         Ok(())
     }
 
