@@ -153,20 +153,26 @@ fn c_epoll_server_many_connections(env: &Env) -> Outcome {
     Pass
 }
 
-/// Spawns `cmd` with stdout read line by line into a channel; waits (a
-/// bound, not a deadline) for its first line, which must start with
-/// `ready`.
-pub(crate) fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Receiver<String>), String> {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
-    let stdout = child.stdout.take().expect("piped");
+/// The lines of `r` (a child's stdout or stderr), read by a thread of
+/// their own into a channel until `r` ends or the receiver is dropped.
+pub(crate) fn lines_of(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = channel();
     std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+        for l in BufReader::new(r).lines().map_while(Result::ok) {
             if tx.send(l).is_err() {
                 break;
             }
         }
     });
+    rx
+}
+
+/// Spawns `cmd` with stdout read line by line into a channel; waits (a
+/// bound, not a deadline) for its first line, which must start with
+/// `ready`.
+pub(crate) fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Receiver<String>), String> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("spawn {cmd:?}: {e}"))?;
+    let rx = lines_of(child.stdout.take().expect("piped"));
     match rx.recv_timeout(Duration::from_secs(120)) {
         Ok(l) if l.starts_with(ready) => Ok((child, rx)),
         other => {
@@ -190,14 +196,26 @@ pub(crate) fn spawn_server(mut cmd: Command, ready: &str) -> Result<(Child, Rece
 /// records must say every body byte came zero-copy (netdevsim DMA'd at
 /// least that much).
 fn curl_uploads_to_tokio_server(env: &Env) -> Outcome {
+    with_upload_dirs(env, "zcrx-upload-test", curl_uploads)
+}
+
+/// Runs `f(env, zcrx-upload's path, src, dst)` with fresh directories
+/// `src` (what clients send) and `dst` (the server's `--dir`) under a
+/// temporary directory named after `name`, removed afterwards whatever
+/// happened; its message becomes the test's diagnostic.
+pub(crate) fn with_upload_dirs(
+    env: &Env,
+    name: &str,
+    f: impl FnOnce(&Env, &std::path::Path, &std::path::Path, &std::path::Path) -> Result<String, String>,
+) -> Outcome {
     tryo!(ensure_loaded(env));
     let exe = tryo!(std::env::current_exe().map_err(|e| e.to_string()));
     let server = exe.with_file_name("zcrx-upload");
-    let dir = std::env::temp_dir().join(format!("zcrx-upload-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     let (src, dst) = (dir.join("src"), dir.join("dst"));
     let _ = std::fs::remove_dir_all(&dir);
     tryo!(std::fs::create_dir_all(&src).and_then(|_| std::fs::create_dir_all(&dst)).map_err(|e| e.to_string()));
-    let r = curl_uploads(env, &server, &src, &dst);
+    let r = f(env, &server, &src, &dst);
     let _ = std::fs::remove_dir_all(&dir);
     match r {
         Ok(msg) => {
@@ -205,6 +223,21 @@ fn curl_uploads_to_tokio_server(env: &Env) -> Outcome {
             Pass
         }
         Err(e) => Fail(e),
+    }
+}
+
+/// zcrx-upload's line for the upload `name` among `lines` ("NAME: B
+/// bytes, Z zero-copy, C copied, sha256 H"): `(bytes, zero-copy, copied)`.
+pub(crate) fn upload_line(lines: &[String], name: &str) -> Result<(u64, u64, u64), String> {
+    let line = lines.iter().find(|l| l.starts_with(&format!("{name}: "))).ok_or_else(|| format!("no server line for {name}: {lines:?}"))?;
+    let w: Vec<&str> = line.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+    let num = |i: usize, key: &str| match (w.get(i).map(|s| s.parse::<u64>()), w.get(i + 1)) {
+        (Some(Ok(v)), Some(k)) if *k == key => Some(v),
+        _ => None,
+    };
+    match (num(1, "bytes"), num(3, "zero-copy"), num(5, "copied")) {
+        (Some(b), Some(z), Some(c)) => Ok((b, z, c)),
+        _ => Err(format!("unparsable server line {line:?}")),
     }
 }
 
@@ -299,16 +332,9 @@ fn curl_uploads(env: &Env, server: &std::path::Path, src: &std::path::Path, dst:
         if stored != sent {
             return Err(format!("{name}: the stored file ({} bytes) differs from what curl sent ({size})", stored.len()));
         }
-        // "NAME: B bytes, Z zero-copy, C copied, sha256 H"
-        let line =
-            lines.iter().find(|l| l.starts_with(&format!("{name}: "))).ok_or_else(|| format!("no server line for {name}: {lines:?}"))?;
-        let w: Vec<&str> = line.split([' ', ',']).filter(|s| !s.is_empty()).collect();
-        let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
-        let (Some(b), Some(z), Some(c)) = (num(1), num(3), num(5)) else {
-            return Err(format!("unparsable server line {line:?}"));
-        };
+        let (b, z, c) = upload_line(&lines, name)?;
         if b != size || z + c != b {
-            return Err(format!("{line}: expected {size} bytes = zero-copy + copied"));
+            return Err(format!("{name}: {b} bytes, {z} zero-copy, {c} copied: expected {size} bytes = zero-copy + copied"));
         }
         let _ = (v6, chunked);
         zc += z;

@@ -13,11 +13,11 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use zcrx::ktap::Outcome::{self, *};
+use zcrx::ktap::Outcome;
 use zcrx::Pattern;
 
-use crate::clients::spawn_server;
-use crate::common::{ensure_loaded, wait_idle};
+use crate::clients::{spawn_server, upload_line, with_upload_dirs};
+use crate::common::wait_idle;
 use crate::net::{addr_a, connect, in_netns, join, Nsim, NS_A, NS_B};
 use crate::{Env, TestFn};
 
@@ -76,22 +76,7 @@ fn probe(what: &'static str, expect: &'static str, to: SocketAddr, send: Vec<u8>
 }
 
 fn upload_survives_hostile_clients(env: &Env) -> Outcome {
-    tryo!(ensure_loaded(env));
-    let exe = tryo!(std::env::current_exe().map_err(|e| e.to_string()));
-    let server = exe.with_file_name("zcrx-upload");
-    let dir = std::env::temp_dir().join(format!("zcrx-hostile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
-    tryo!(std::fs::create_dir_all(&src).and_then(|_| std::fs::create_dir_all(&dst)).map_err(|e| e.to_string()));
-    let r = hostile(env, &server, &src, &dst);
-    let _ = std::fs::remove_dir_all(&dir);
-    match r {
-        Ok(msg) => {
-            env.diag(&msg);
-            Pass
-        }
-        Err(e) => Fail(e),
-    }
+    with_upload_dirs(env, "zcrx-hostile", hostile)
 }
 
 fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, String> {
@@ -159,12 +144,9 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     // every ordinary body zero-copy, as the server's lines say
     let mut zc = 0;
     for (name, size) in &legit {
-        let line =
-            lines.iter().find(|l| l.starts_with(&format!("{name}: "))).ok_or_else(|| format!("no server line for {name}: {lines:?}"))?;
-        let w: Vec<&str> = line.split([' ', ',']).filter(|s| !s.is_empty()).collect();
-        let (b, z) = (w.get(1).and_then(|s| s.parse::<u64>().ok()), w.get(3).and_then(|s| s.parse::<u64>().ok()));
-        if b != Some(*size) || z != Some(*size) {
-            return Err(format!("{line}: expected {size} bytes, all zero-copy"));
+        let (b, z, c) = upload_line(&lines, name)?;
+        if b != *size || z != *size {
+            return Err(format!("{name}: {b} bytes, {z} zero-copy, {c} copied: expected {size} bytes, all zero-copy"));
         }
         zc += size;
     }

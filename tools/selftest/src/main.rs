@@ -19,6 +19,7 @@ macro_rules! tryo {
     };
 }
 
+mod accounting;
 mod bigbuf;
 mod clients;
 mod common;
@@ -47,6 +48,7 @@ mod share;
 mod signed;
 mod soak;
 mod stream;
+mod takeover;
 mod teardown;
 mod tunnel;
 mod ulp;
@@ -104,6 +106,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(lifecycle::TESTS);
     v.extend_from_slice(errors::TESTS);
     v.extend_from_slice(edges::TESTS);
+    v.extend_from_slice(takeover::TESTS);
+    v.extend_from_slice(accounting::TESTS);
     v.extend_from_slice(stream::TESTS);
     v.extend_from_slice(nsim::TESTS);
     v.extend_from_slice(forward::TESTS);

@@ -604,7 +604,7 @@ impl Attacker {
     /// (`TLS_TX`), one per write; otherwise made-up records: a random or
     /// plausible type, version and length, random bytes.
     fn ktls(&mut self, class: &'static str) {
-        use crate::edges::{ktls, TLS12, TLS13};
+        use crate::takeover::{ktls, TLS12, TLS13};
         use crate::ulp::{connect_proto, TLS12_PORT, TLS13_PORT, TLS_TX};
         let v13 = self.rng.pct(50);
         let to = self.victim_addr(if v13 { TLS13_PORT } else { TLS12_PORT });

@@ -349,7 +349,6 @@ fn netdev_deleted_while_bound(env: &Env) -> Outcome {
 /// per family, each checked byte for byte by zcrx-nc (`--check`) and counted
 /// in its JSON: all zero-copy, and no more than netdevsim DMA'd.
 fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
-    use std::io::BufRead;
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
@@ -358,15 +357,7 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
     let note = tryo!(RecNote::new("nc-k"));
     let log = tryo!(DmaLog::start());
     let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"], Some(&note)));
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
     let bytes = env.bytes(16 << 20);
     let mut out = Vec::new();
     let mut fail = None;
@@ -475,7 +466,7 @@ fn nc_large_buffers(env: &Env) -> Outcome {
 /// JSON line with an `error`, the last one its bytes, all zero-copy and
 /// checked against the pattern (`--check`), and zcrx-nc is still running.
 fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     const RESETS: usize = 100;
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
@@ -483,15 +474,7 @@ fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
     let port = 7119;
     let seed = 19;
     let mut child = tryo!(spawn_nc_with(&n, port, seed, &["-k", "--json"], None));
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
     let pat = Arc::new(Pattern::new(seed));
     // one JSON line per connection (a bound, not a deadline)
     let next_line = || loop {

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::edges::{ktls, TLS12, TLS13};
 use crate::net::in_netns;
+use crate::takeover::{ktls, TLS12, TLS13};
 
 /// The MPTCP listener and the kTLS ones (TLS 1.2, TLS 1.3) on nsa.
 pub(crate) const MPTCP_PORT: u16 = 7406;
