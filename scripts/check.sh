@@ -250,7 +250,7 @@ $1: build FAILED${2:+ (log: $2)}"
 # took 1676 s with the fast kernel building at nice 19 beside it, which
 # got through a third of its objects meanwhile, and 909 s alone;
 # overlapping lost time instead of using idle CPU. In turn, from an empty
-# cache: 39 min 43 s for all of make check (README).
+# cache: 43 min 21 s for all of make check (README, 2026-12-06 at 132be68).
 build_kernel() {
 	local fl=$1; shift
 	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$fl" "$@"; then
