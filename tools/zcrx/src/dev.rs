@@ -2,9 +2,11 @@
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! A context of `/dev/zcrx`: the area, the binding, the refill ring, and
-//! receiving from a TCP socket.
+//! receiving from a TCP socket (the `testing` feature: the example below
+//! is compiled only with it).
 //!
-//! ```no_run
+#![cfg_attr(feature = "testing", doc = "```no_run")]
+#![cfg_attr(not(feature = "testing"), doc = "```ignore")]
 //! # fn main() -> std::io::Result<()> {
 //! # let sock = std::net::TcpStream::connect("127.0.0.1:1")?;
 //! use std::os::fd::AsRawFd;

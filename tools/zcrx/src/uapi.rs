@@ -20,8 +20,9 @@ const IOC_SIZESHIFT: u32 = IOC_TYPESHIFT + IOC_TYPEBITS;
 const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
 
 // The architectures whose <asm/ioctl.h> overrides asm-generic's: 13 size
-// bits and three direction bits, "none" being 1.
-#[cfg(any(
+// bits and three direction bits, "none" being 1. (asm-generic: x86, arm,
+// arm64, riscv, s390, loongarch, ...)
+const NOT_GENERIC: bool = cfg!(any(
     target_arch = "powerpc",
     target_arch = "powerpc64",
     target_arch = "mips",
@@ -30,31 +31,11 @@ const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
     target_arch = "mips64r6",
     target_arch = "sparc",
     target_arch = "sparc64"
-))]
-mod dir {
-    pub(super) const IOC_SIZEBITS: u32 = 13;
-    pub(super) const IOC_NONE: u32 = 1;
-    pub(super) const IOC_READ: u32 = 2;
-    pub(super) const IOC_WRITE: u32 = 4;
-}
-// asm-generic: x86, arm, arm64, riscv, s390, loongarch, ...
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips32r6",
-    target_arch = "mips64",
-    target_arch = "mips64r6",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-)))]
-mod dir {
-    pub(super) const IOC_SIZEBITS: u32 = 14;
-    pub(super) const IOC_NONE: u32 = 0;
-    pub(super) const IOC_WRITE: u32 = 1;
-    pub(super) const IOC_READ: u32 = 2;
-}
-use dir::*;
+));
+const IOC_SIZEBITS: u32 = if NOT_GENERIC { 13 } else { 14 };
+const IOC_NONE: u32 = if NOT_GENERIC { 1 } else { 0 };
+const IOC_WRITE: u32 = if NOT_GENERIC { 4 } else { 1 };
+const IOC_READ: u32 = 2;
 
 const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
     (dir << IOC_DIRSHIFT) | (ty << IOC_TYPESHIFT) | (nr << IOC_NRSHIFT) | ((size as u32) << IOC_SIZESHIFT)
