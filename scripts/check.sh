@@ -187,7 +187,7 @@ host_checks() {
 	[ "$hf" -eq 0 ] || bad="$bad host-tests"
 	host_check uapi-generated-up-to-date "$ZCRX_TOP/scripts/gen-uapi.sh" --check
 	host_check libzcrx-install-versions-man libzcrx_install
-	host_check uapi-1.0-programs-build "$ZCRX_TOP/scripts/uapi-compat.sh" --out "$OUT/uapi-compat"
+	host_check uapi-released-headers-compatible "$ZCRX_TOP/scripts/uapi-compat.sh" --out "$OUT/uapi-compat"
 	host_check series-checkpatch-strict "$ZCRX_TOP/scripts/kpatch.sh" checkpatch
 	host_check module-rustfmt-kernel-style module_rustfmt
 	host_check module-clippy-clean module_clippy
@@ -196,7 +196,7 @@ host_checks() {
 	host_check tools-clippy-clean tools_clippy
 	host_check crate-zcrx-package-and-docs crate_package
 	lines="$lines
-host: cargo test $hp passed/$hf failed, plus uAPI, checkpatch, rustfmt, clippy (module and tools/) and layering checks"
+host: cargo test $hp passed/$hf failed, plus uAPI (generated, released headers), libzcrx install, crate package, checkpatch, rustfmt, clippy (module and tools/) and layering checks"
 	stage_end
 }
 
