@@ -48,7 +48,20 @@ struct conn {
 	int fd;
 	char peer[64];
 	uint64_t bytes, zc, copied, hash;
+	struct conn *next_starved;	/* on the starved list (see below) */
+	int starved;
 };
+
+/*
+ * -ENOBUFS: every buffer of the area is out and this program holds some
+ * (the library's returns that wait for ring room count too). The socket
+ * stays readable, so under level-triggered EPOLLIN it would wake us again
+ * at once: a busy loop until buffers come back. Such a socket leaves the
+ * epoll set's EPOLLIN for a moment instead (STARVED_MS); the main loop
+ * puts it back, and it is read again.
+ */
+#define STARVED_MS 1
+static struct conn *starved;
 
 static void die(const char *what, int err)
 {
@@ -128,7 +141,8 @@ static uint32_t parse_size(const char *s)
 }
 
 /* Reads what is there; returns 1 at the end of the stream, 0 if more may
- * come, a negative errno if the connection failed. */
+ * come, 2 if no buffer is free to read into (-ENOBUFS), a negative errno if
+ * the connection failed. */
 static int drain(struct zcrx *z, struct conn *c)
 {
 	struct zcrx_rec recs[NR_RECS];
@@ -137,8 +151,10 @@ static int drain(struct zcrx *z, struct conn *c)
 		unsigned int nr = NR_RECS, i;
 		ssize_t n = zcrx_recv(z, c->fd, recs, &nr, ZCRX_RECV_DONTWAIT | recv_merge);
 
-		if (n == -EAGAIN || n == -ENOBUFS)
+		if (n == -EAGAIN)
 			return 0;	/* level-triggered: we come back */
+		if (n == -ENOBUFS)
+			return 2;
 		if (n < 0)
 			return (int)n;
 		if (n == 0)
@@ -261,6 +277,9 @@ int main(int argc, char **argv)
 		int64_t wait_ms = evt.on && evt.rearm_at ? evt.rearm_at - now_ms() : -1;
 		int n, i;
 
+		if (starved && (wait_ms < 0 || wait_ms > STARVED_MS))
+			wait_ms = STARVED_MS;
+
 		if (evt.on && evt.rearm_at && wait_ms <= 0) {
 			evt.rearm_at = 0;
 			on_events(z, &evt, ZCRX_EVENT_ALLOC_FAIL);
@@ -273,6 +292,15 @@ int main(int argc, char **argv)
 			continue;
 		if (n < 0)
 			die("epoll_wait", errno);
+		/* The starved sockets' moment is over: readable ones wake us. */
+		while (starved) {
+			struct conn *c = starved;
+
+			starved = c->next_starved;
+			c->starved = 0;
+			ev = (struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
+			epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+		}
 		for (i = 0; i < n; i++) {
 			struct conn *c = evs[i].data.ptr;
 
@@ -302,7 +330,14 @@ int main(int argc, char **argv)
 				continue;
 			}
 			ret = drain(z, c);
-			if (!ret)
+			if (ret == 2 && !c->starved) {
+				ev = (struct epoll_event){ .events = 0, .data.ptr = c };
+				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+				c->starved = 1;
+				c->next_starved = starved;
+				starved = c;
+			}
+			if (!ret || ret == 2)
 				continue;
 			if (ret < 0)
 				printf("conn %s: error after %" PRIu64 " bytes: %s\n",
