@@ -186,6 +186,19 @@ impl Area {
         (self.nbufs() / 8).clamp(2, 16) as u32
     }
 
+    /// The receive memory one TCP socket may hold in the area's buffers, in
+    /// its receive and out-of-order queues together (patch 53): a quarter of
+    /// the area, and at least 16 buffers.
+    ///
+    /// The area is shared by every flow of the context's queues. Without a
+    /// cap, one socket whose reader falls behind (or whose peer parks data
+    /// beyond a hole) holds as much as its receive buffer allows, which can
+    /// be more than the whole area, and every other flow stalls.
+    pub(crate) fn sk_share(&self) -> u32 {
+        let bufs = (self.nbufs() / 4).max(16);
+        u32::try_from(bufs.saturating_mul(self.buf_size())).unwrap_or(u32::MAX)
+    }
+
     /// Whether data can be copied into the area (not a dma-buf).
     pub(crate) fn can_copy(&self) -> bool {
         self.niovs.can_copy()

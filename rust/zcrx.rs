@@ -582,6 +582,7 @@ impl MemoryProvider for Queue {
         }
         // One-page buffers mapped by us for the device to write: the
         // layer's `init` trampoline refused any other pool already.
+        pool.set_sk_share(this.zcrx.area.sk_share());
         GLOBAL.pools.add(1);
         Ok(())
     }

@@ -113,6 +113,15 @@ impl PagePool {
         unsafe { bindings::net_mp_set_reserve(self.as_raw(), n) }
     }
 
+    /// Caps the receive memory (truesize) one TCP socket may hold while the
+    /// payload offered to it sits in this pool's buffers
+    /// (`net_mp_set_sk_share`; 0: no cap).
+    pub(crate) fn set_sk_share(&self, bytes: u32) {
+        // SAFETY: the pool is live (type invariant); the function only
+        // writes the pool's `mp_sk_share`, with WRITE_ONCE.
+        unsafe { bindings::net_mp_set_sk_share(self.as_raw(), bytes) }
+    }
+
     /// Gives `nm` back to this pool (`page_pool_put_unrefed_netmem`).
     ///
     /// # Safety
