@@ -33,6 +33,7 @@ mod edges;
 mod errors;
 mod esp;
 mod events;
+mod fairshare;
 mod faults;
 mod forward;
 mod fuzz;
@@ -132,6 +133,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(soak::TESTS);
     v.extend_from_slice(fuzz::TESTS);
     v.extend_from_slice(remote::TESTS);
+    v.extend_from_slice(fairshare::TESTS);
     v
 }
 

@@ -548,17 +548,35 @@ pub fn tcp_info_line(fd: &impl AsRawFd) -> String {
     ) + &meminfo(fd)
 }
 
-/// The socket's memory (`SO_MEMINFO`): what its queues hold, the
-/// out-of-order queue included, and what it dropped.
-fn meminfo(fd: &impl AsRawFd) -> String {
+/// A socket's receive memory, from `SO_MEMINFO`.
+#[derive(Debug, Clone, Copy)]
+pub struct SkMem {
+    /// What its receive and out-of-order queues hold (truesize).
+    pub rmem_alloc: u32,
+    pub rcvbuf: u32,
+    pub backlog: u32,
+    pub drops: u32,
+}
+
+/// `SO_MEMINFO` of socket `fd`.
+pub fn sk_mem(fd: &impl AsRawFd) -> Result<SkMem, String> {
     let mut m = [0u32; 9];
     let mut len = std::mem::size_of_val(&m) as libc::socklen_t;
     // SAFETY: `m` is writable for `len` bytes.
     let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MEMINFO, m.as_mut_ptr().cast(), &mut len) };
     if r != 0 {
-        return format!("; SO_MEMINFO: {}", io::Error::last_os_error());
+        return Err(format!("SO_MEMINFO: {}", io::Error::last_os_error()));
     }
-    format!("; rmem_alloc {} rcvbuf {} backlog {} drops {}", m[0], m[1], m[7], m[8])
+    Ok(SkMem { rmem_alloc: m[0], rcvbuf: m[1], backlog: m[7], drops: m[8] })
+}
+
+/// The socket's memory (`SO_MEMINFO`): what its queues hold, the
+/// out-of-order queue included, and what it dropped.
+fn meminfo(fd: &impl AsRawFd) -> String {
+    match sk_mem(fd) {
+        Ok(m) => format!("; rmem_alloc {} rcvbuf {} backlog {} drops {}", m.rmem_alloc, m.rcvbuf, m.backlog, m.drops),
+        Err(e) => format!("; {e}"),
+    }
 }
 
 /// What a stalled receiver knows: its context's buffers and the socket.

@@ -189,6 +189,12 @@ pub fn set_rcvbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
     set_socket_int(fd, libc::SO_RCVBUF, bytes)
 }
 
+/// Sets `SO_RCVBUFFORCE` on socket `fd`: [`set_rcvbuf`] beyond
+/// `net.core.rmem_max` (needs `CAP_NET_ADMIN`).
+pub fn set_rcvbuf_force(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    set_socket_int(fd, libc::SO_RCVBUFFORCE, bytes)
+}
+
 /// Sets `SO_SNDBUF` on socket `fd` (the kernel doubles it, and stops
 /// autotuning the socket's send buffer).
 pub fn set_sndbuf(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
