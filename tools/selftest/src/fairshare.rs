@@ -112,7 +112,8 @@ fn slow_reader(env: &Env, locked: Option<u32>, port: u16) -> Outcome {
         let _ = go_tx.send(());
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let t1 = Instant::now();
-        let rx = net::receive(z, &s, &p, None).map_err(|e| format!("the other connection: {e}"))?;
+        // A stall here is the failure this test looks for.
+        let rx = net::receive_or_stall(z, &s, &p, Duration::from_secs(30)).map_err(|e| format!("the other connection: {e}"))?;
         let took = t1.elapsed();
         let after = net::sk_mem(&slow)?;
         peak = peak.max(after.rmem_alloc);

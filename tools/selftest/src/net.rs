@@ -449,10 +449,29 @@ pub fn receive_from(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, s
 
 /// [`receive_from`] with RECV flags `flags` (`ZCRX_RS_RECV_MERGE`).
 pub fn receive_flags(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, stop_after: Option<u64>, flags: u32) -> Result<Rx, String> {
+    receive_inner(z, sock, pat, start, stop_after, flags, None)
+}
+
+/// [`receive`] that fails once nothing arrived for `stall` (at 10 s
+/// granularity), for a test whose failure is a stall.
+pub fn receive_or_stall(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, stall: Duration) -> Result<Rx, String> {
+    receive_inner(z, sock, pat, 0, None, 0, Some(stall))
+}
+
+fn receive_inner(
+    z: &mut Zcrx,
+    sock: &TcpStream,
+    pat: &Pattern,
+    start: u64,
+    stop_after: Option<u64>,
+    flags: u32,
+    stall: Option<Duration>,
+) -> Result<Rx, String> {
     let bs = z.buf_size() as u64;
     let mut recs = vec![Rec::default(); 128];
     let mut rx = Rx::default();
     let t0 = Instant::now();
+    let mut progress = Instant::now();
     // A blocking socket gets a bound: a stall is reported (below) instead
     // of hanging the VM until its outer timeout.
     if sock.read_timeout().map_err(|e| format!("SO_RCVTIMEO: {e}"))?.is_none() {
@@ -464,6 +483,9 @@ pub fn receive_flags(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, 
         }
         if t0.elapsed() > Duration::from_secs(300) {
             return Err(format!("receive timed out after {} bytes", rx.bytes));
+        }
+        if stall.is_some_and(|s| progress.elapsed() >= s) {
+            return Err(format!("nothing received for {} s: {}", progress.elapsed().as_secs(), stall_report(z, sock, rx.bytes)));
         }
         let got = match z.recv(sock.as_raw_fd(), &mut recs, flags) {
             Ok(g) => g,
@@ -486,6 +508,7 @@ pub fn receive_flags(z: &mut Zcrx, sock: &TcpStream, pat: &Pattern, start: u64, 
         if got.bytes == 0 {
             return Ok(rx);
         }
+        progress = Instant::now();
         let mut sum = 0u64;
         for r in &recs[..got.records] {
             let data = z.data(r);
