@@ -187,16 +187,22 @@ impl Area {
     }
 
     /// The receive memory one TCP socket may hold in the area's buffers, in
-    /// its receive and out-of-order queues together (patch 53): a quarter of
-    /// the area, and at least 16 buffers.
+    /// its receive and out-of-order queues together (patch 53): a quarter
+    /// of the area, and never less than 1 MiB (a smaller window slows one
+    /// flow: 1 MiB is the window of 100 Gb/s at an 80 us RTT). 0, no cap,
+    /// for an area of 1 MiB or less.
     ///
     /// The area is shared by every flow of the context's queues. Without a
     /// cap, one socket whose reader falls behind (or whose peer parks data
     /// beyond a hole) holds as much as its receive buffer allows, which can
     /// be more than the whole area, and every other flow stalls.
     pub(crate) fn sk_share(&self) -> u32 {
-        let bufs = (self.nbufs() / 4).max(16);
-        u32::try_from(bufs.saturating_mul(self.buf_size())).unwrap_or(u32::MAX)
+        const FLOOR: usize = 1 << 20;
+        let area = self.nbufs().saturating_mul(self.buf_size());
+        if area <= FLOOR {
+            return 0;
+        }
+        u32::try_from((area / 4).max(FLOOR)).unwrap_or(u32::MAX)
     }
 
     /// Whether data can be copied into the area (not a dma-buf).

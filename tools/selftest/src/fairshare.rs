@@ -4,7 +4,7 @@
 //! One socket cannot take the area. TCP holds a socket to its share of a
 //! memory provider's buffers in its receive and out-of-order queues
 //! together (patch 53), and zcrx-rs sets that share to a quarter of the
-//! area (at least 16 buffers), whatever the socket's receive buffer: a
+//! area (at least 1 MiB), whatever the socket's receive buffer: a
 //! reader that falls behind cannot stall the other flows of the queue.
 
 use std::fs;
@@ -77,7 +77,8 @@ fn slow_reader(env: &Env, locked: Option<u32>, port: u16) -> Outcome {
     })));
     let page = zcrx::dev::page_size();
     let area = BUFS * page;
-    let share = (BUFS / 4).max(16) * page;
+    // a quarter of the area, at least 1 MiB (Documentation/zcrx-rs.rst)
+    let share = (area / 4).max(1 << 20);
     let slow_bytes = 6u64 << 20;
     let bytes = env.bytes(16 << 20);
     let before = tryo!(n.stats(1, 0));
