@@ -19,9 +19,10 @@
 //! first shows that path carries a stream byte-exact while the queue has
 //! no provider, then sends to the provider-bound queue; in transport mode,
 //! in tunnel mode (the segment in an inner datagram; netdevsim splits at
-//! the inner TCP header) and as ESP in UDP (RFC 3948, tunnel mode, port
-//! 4500, received through a `UDP_ENCAP_ESPINUDP` socket as an IKE
-//! daemon's; series patch 51). IPv6 ESP in UDP has no offloaded transmit
+//! the inner TCP header) and as ESP in UDP (RFC 3948, tunnel mode and
+//! transport mode, port 4500, received through a `UDP_ENCAP_ESPINUDP`
+//! socket as an IKE daemon's; series patch 51, and patch 54 for IPv6 in
+//! transport mode). IPv6 ESP in UDP has no offloaded transmit
 //! path: before series patch 52 its first packet oopsed in `esp6_xmit()`;
 //! now the sender encrypts it in software, and nsa decrypts it in
 //! software too. The remote fuzzer sends all three (`esp`, `esp_tunnel`,
@@ -58,10 +59,13 @@ pub(crate) enum Mode {
     /// Tunnel mode: an IP datagram (the segment in it) follows the IV.
     Tunnel,
     /// Tunnel mode, the ESP packet in UDP to [`NATT_PORT`] (RFC 3948), as
-    /// IKE daemons behind a NAT use it. (In transport mode 7.2 decrypts
-    /// IPv6 ESP in UDP and then delivers nothing, even in software: not
-    /// tested here.)
+    /// IKE daemons behind a NAT use it.
     Udp,
+    /// Transport mode in UDP to [`NATT_PORT`]. Without netfilter (the test
+    /// kernels) 7.2 decrypted IPv6 ESP in UDP of a transport mode SA and
+    /// handed the segment to the IKE socket as a UDP datagram: TCP never
+    /// saw it (series patch 54).
+    UdpTransport,
 }
 
 impl Mode {
@@ -71,6 +75,7 @@ impl Mode {
             Mode::Transport => (SPI4, SPI6),
             Mode::Tunnel => (0x7a11, 0x7a12),
             Mode::Udp => (0x7a21, 0x7a22),
+            Mode::UdpTransport => (0x7a31, 0x7a32),
         }
     }
 
@@ -79,7 +84,13 @@ impl Mode {
             Mode::Transport => "transport mode",
             Mode::Tunnel => "tunnel mode",
             Mode::Udp => "ESP in UDP (tunnel mode)",
+            Mode::UdpTransport => "ESP in UDP (transport mode)",
         }
+    }
+
+    /// Whether the ESP packets go in UDP (RFC 3948).
+    pub(crate) fn in_udp(self) -> bool {
+        matches!(self, Mode::Udp | Mode::UdpTransport)
     }
 }
 
@@ -110,9 +121,11 @@ fn esp_setup(n: &Nsim, dport: Option<u16>, mode: Mode, crafted: bool) -> Result<
     let (how, encap4, encap6) = match mode {
         Mode::Transport => ("transport", String::new(), String::new()),
         Mode::Tunnel => ("tunnel", String::new(), String::new()),
-        Mode::Udp => {
-            ("tunnel", format!(" encap espinudp {NATT_PORT} {NATT_PORT} 0.0.0.0"), format!(" encap espinudp {NATT_PORT} {NATT_PORT} ::"))
-        }
+        Mode::Udp | Mode::UdpTransport => (
+            if mode == Mode::Udp { "tunnel" } else { "transport" },
+            format!(" encap espinudp {NATT_PORT} {NATT_PORT} 0.0.0.0"),
+            format!(" encap espinudp {NATT_PORT} {NATT_PORT} ::"),
+        ),
     };
     let mut cmds = [String::new(), String::new()];
     for (src, dst, plen, spi, encap) in [("192.0.2.2", "192.0.2.1", 32, spi4, &encap4), ("2001:db8::2", "2001:db8::1", 128, spi6, &encap6)]
@@ -123,7 +136,7 @@ fn esp_setup(n: &Nsim, dport: Option<u16>, mode: Mode, crafted: bool) -> Result<
             // for it: before series patch 52 the first packet crashed
             // esp6_xmit()): netdevsim cannot take it as decrypted, so nsa
             // decrypts it itself.
-            let offload = if mode == Mode::Udp && plen == 128 && dir == "in" && !crafted {
+            let offload = if mode.in_udp() && plen == 128 && dir == "in" && !crafted {
                 String::new()
             } else {
                 format!(" offload dev {dev} dir {dir}")
@@ -238,7 +251,7 @@ fn esp_offload(env: &Env) -> Outcome {
     // packet gets its trailers per segment from the NIC)
     tryo!(run("ip", &["netns", "exec", NS_B, "ethtool", "-K", &n.b, "tso", "off", "gso", "off"], ""));
     let _natt = tryo!(natt_socket());
-    for (i, mode) in [Mode::Transport, Mode::Tunnel, Mode::Udp].into_iter().enumerate() {
+    for (i, mode) in [Mode::Transport, Mode::Tunnel, Mode::Udp, Mode::UdpTransport].into_iter().enumerate() {
         tryo!(esp_up_mode(&n, None, mode));
         let r = esp_mode(env, &n, mode, 7430 + 2 * i as u16);
         tryo!(esp_down());
@@ -263,7 +276,7 @@ fn esp_mode(env: &Env, n: &Nsim, mode: Mode, port: u16) -> Result<(), String> {
         let rx0 = rx1;
         // what arrives on nsa's port, before the stack sees it
         let a_idx = n.a_idx;
-        let tap = if mode == Mode::Udp { Some(join(in_netns(NS_A, move || crate::pkt::packet_socket(a_idx)))?) } else { None };
+        let tap = if mode.in_udp() { Some(join(in_netns(NS_A, move || crate::pkt::packet_socket(a_idx)))?) } else { None };
         let plain = in_netns(NS_A, move || {
             let l = TcpListener::bind(("::", port)).map_err(|e| format!("listen: {e}"))?;
             let mut s = crate::tunnel::accept_within(&l, Duration::from_secs(60))?;
@@ -299,7 +312,7 @@ fn esp_mode(env: &Env, n: &Nsim, mode: Mode, port: u16) -> Result<(), String> {
             env.diag(&format!("{m}, no provider, {fam}: at least {natt} UDP datagrams to port {NATT_PORT} on nsa's port"));
         }
         // (IPv6 ESP in UDP: decrypted by nsa's stack, see esp_up_mode)
-        if rx1 == rx0 && !(v6 && mode == Mode::Udp) {
+        if rx1 == rx0 && !(v6 && mode.in_udp()) {
             return Err(format!("{m}, no provider, {fam}: netdevsim decrypted nothing (the SA was not offloaded?)"));
         }
     }
@@ -320,7 +333,7 @@ fn esp_mode(env: &Env, n: &Nsim, mode: Mode, port: u16) -> Result<(), String> {
     let r = (|| -> Result<(), String> {
         for v6 in [false, true] {
             let fam = if v6 { "IPv6" } else { "IPv4" };
-            if v6 && mode == Mode::Udp {
+            if v6 && mode.in_udp() {
                 lines.push(format!(
                     "{m}, provider bound, {fam}: not run: the stack encrypts IPv6 ESP in UDP in software, \
                      netdevsim does not decrypt it (no receive offload to split behind)"

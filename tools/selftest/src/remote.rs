@@ -674,7 +674,7 @@ impl Attacker {
         let port = match mode {
             Mode::Transport => ESP_PORT,
             Mode::Tunnel => ESP_PORT_TUNNEL,
-            Mode::Udp => ESP_PORT_UDP,
+            Mode::Udp | Mode::UdpTransport => ESP_PORT_UDP,
         };
         let dport = if self.rng.pct(80) { port } else { self.rng.pick(&[VALID_PORT, GARBAGE_PORT, ESP_PORT, 9]) };
         let mut seq = self.rng.next() as u32;
@@ -706,7 +706,7 @@ impl Attacker {
             e.extend_from_slice(&[padlen, next]);
             e.extend(self.payload(16)); // ICV
             let d = match mode {
-                Mode::Udp => {
+                Mode::Udp | Mode::UdpTransport => {
                     let natt = crate::esp::NATT_PORT;
                     let sp = if self.rng.pct(90) { natt } else { self.rng.next() as u16 };
                     // IPv4: mostly none, as ESP in UDP goes; IPv6 must
