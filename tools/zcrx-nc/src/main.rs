@@ -26,12 +26,10 @@
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::process::exit;
 use std::time::{Duration, Instant};
 
-use zcrx::uapi::{zcrx_rs_stats, ZCRX_RS_REC_COPY};
-use zcrx::{Pattern, Rec, Zcrx};
+use zcrx::{Context, ErrorKind, Pattern, Stats};
 
 struct Opts {
     dev: String,
@@ -133,7 +131,7 @@ fn parse() -> Opts {
     o
 }
 
-fn die(what: &str, e: io::Error) -> ! {
+fn die(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("zcrx-nc: {what}: {e}");
     exit(1);
 }
@@ -142,23 +140,27 @@ fn main() {
     let o = parse();
     // 1. The memory and the queue: bind before the connection exists, so
     //    that its first bytes already land in our buffers.
-    let mut z = Zcrx::open().unwrap_or_else(|e| die("open /dev/zcrx (is zcrx_rs loaded?)", e));
-    let huge = register(&mut z, &o);
+    let ctx = Context::open_with(o.area_mib << 20, o.buf_size).unwrap_or_else(|e| {
+        if e.kind() == ErrorKind::InvalidArgument && o.buf_size != 0 {
+            die("register area (--buf-size: a power of two from the page size to 2M, --area a multiple of it)", e)
+        }
+        die("open /dev/zcrx and register the area (is zcrx_rs loaded?)", e)
+    });
     let bound = if o.no_bind {
-        z.bind_nodev(0).unwrap_or_else(|e| die("copy-only context (--no-bind; module too old?)", e));
+        ctx.bind_nodev().unwrap_or_else(|e| die("copy-only context (--no-bind; module too old?)", e));
         "no queue: copy-only".to_string()
     } else {
-        let ifindex = zcrx::sys::ifindex(&o.dev).unwrap_or_else(|e| die(&format!("no interface {}", o.dev), e));
         let queues = if o.queues.is_empty() { vec![0] } else { o.queues.clone() };
-        z.bind(ifindex, queues[0], 0).unwrap_or_else(|e| {
-            let bs = z.buf_size();
-            if e.raw_os_error() == Some(libc::ERANGE) && bs > zcrx::dev::page_size() && !huge {
+        ctx.bind(&o.dev, queues[0]).unwrap_or_else(|e| {
+            if e.kind() == ErrorKind::MemoryNotContiguous && !ctx.huge_pages() {
                 let pages = (o.area_mib << 20).div_ceil(zcrx::dev::huge_page_size());
                 die(
                     &format!(
-                        "bind {} queue {}: buffers of {bs} bytes need physically contiguous memory: \
+                        "bind {} queue {}: buffers of {} bytes need physically contiguous memory: \
                          reserve huge pages (echo {pages} > /proc/sys/vm/nr_hugepages)",
-                        o.dev, queues[0]
+                        o.dev,
+                        queues[0],
+                        ctx.buf_size()
                     ),
                     e,
                 )
@@ -166,7 +168,7 @@ fn main() {
             die(&format!("bind {} queue {} (header split on? queue exists?)", o.dev, queues[0]), e)
         });
         for &q in &queues[1..] {
-            z.add_queue(ifindex, q).unwrap_or_else(|e| die(&format!("bind {} queue {} too (module too old?)", o.dev, q), e));
+            ctx.add_queue(&o.dev, q).unwrap_or_else(|e| die(&format!("bind {} queue {} too (module too old?)", o.dev, q), e));
         }
         let list: Vec<String> = queues.iter().map(u32::to_string).collect();
         format!("{} queue{} {}", o.dev, if queues.len() > 1 { "s" } else { "" }, list.join(","))
@@ -175,12 +177,11 @@ fn main() {
     // 2. An ordinary TCP socket.
     let addr: SocketAddr = if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
-    eprintln!("zcrx-nc: listening on {addr}, {bound}, {}-byte buffers", z.buf_size());
+    eprintln!("zcrx-nc: listening on {addr}, {bound}, {}-byte buffers", ctx.buf_size());
     let pattern = match o.out {
         Output::Check(seed) => Some(Pattern::new(seed)),
         _ => None,
     };
-    let mut recs = vec![Rec::default(); 256];
     loop {
         let (sock, peer) = match listener.accept() {
             Ok(v) => v,
@@ -192,41 +193,21 @@ fn main() {
             }
             Err(e) => die("accept", e),
         };
-        let before = z.stats().unwrap_or_else(|e| die("stats", e));
+        let before = ctx.stats().unwrap_or_else(|e| die("stats", e));
         let t0 = Instant::now();
-        let r = receive(&mut z, &sock, &o, pattern.as_ref(), &mut recs);
+        let r = receive(&ctx, &sock, &o, pattern.as_ref());
         let secs = t0.elapsed().as_secs_f64();
-        let st = z.stats().unwrap_or_else(|e| die("stats", e));
+        let st = ctx.stats().unwrap_or_else(|e| die("stats", e));
         match r {
-            Ok((total, copied)) => report(&o, &peer, total, copied, secs, &before, &st, z.buf_size(), None),
+            Ok((total, copied)) => report(&o, &peer, total, copied, secs, &before, &st, ctx.buf_size(), None),
             // a peer that resets (or a connection that fails otherwise)
             // ends its connection, not the listener
-            Err((e, total, copied)) if o.keep => report(&o, &peer, total, copied, secs, &before, &st, z.buf_size(), Some(&e)),
+            Err((e, total, copied)) if o.keep => report(&o, &peer, total, copied, secs, &before, &st, ctx.buf_size(), Some(&e)),
             Err((e, total, _)) => die(&format!("recv from {peer} after {total} bytes"), e),
         }
         if !o.keep {
             break;
         }
-    }
-}
-
-/// Registers the area of `--area` MiB in buffers of `--buf-size`; returns
-/// whether it is hugetlbfs memory. Buffers larger than a page get huge
-/// pages when a queue is to be bound (a NIC writes only physically
-/// contiguous buffers), plain memory when none are reserved (binding then
-/// fails with ERANGE: `main` says what to do) or for `--no-bind`.
-fn register(z: &mut Zcrx, o: &Opts) -> bool {
-    let len = o.area_mib << 20;
-    let huge = o.buf_size > zcrx::dev::page_size() && !o.no_bind;
-    let what = "register area (--buf-size: a power of two from the page size to 2M, --area a multiple of it)";
-    match z.register_area_with(len, o.buf_size, huge) {
-        Ok(()) => huge,
-        Err(_) if huge => {
-            z.register_area_with(len, o.buf_size, false).unwrap_or_else(|e| die(what, e));
-            false
-        }
-        Err(e) if o.buf_size != 0 => die(what, e),
-        Err(e) => die("register area", e),
     }
 }
 
@@ -242,11 +223,11 @@ fn out(w: &mut impl Write, data: &[u8]) {
 
 /// The result of one connection: (bytes, bytes copied), or the error that
 /// ended it with the same counts so far.
-type Received = Result<(u64, u64), (io::Error, u64, u64)>;
+type Received = Result<(u64, u64), (zcrx::Error, u64, u64)>;
 
 /// Receives one connection to its end: records say where the bytes are;
-/// the buffers go back after each batch.
-fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&Pattern>, recs: &mut [Rec]) -> Received {
+/// the buffers go back as each batch is dropped.
+fn receive(ctx: &Context, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&Pattern>) -> Received {
     let mut stdout = io::stdout().lock();
     let (mut total, mut copied) = (0u64, 0u64);
     let t0 = Instant::now();
@@ -256,8 +237,14 @@ fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&
     // SAFETY: isatty has no preconditions.
     let tty = unsafe { libc::isatty(2) } == 1;
     loop {
-        let got = match z.recv(sock.as_raw_fd(), recs, 0) {
-            Ok(g) => g,
+        let batch = match ctx.recv(sock, 256) {
+            Ok(b) => b,
+            // Every buffer is in flight (the others are queued in sockets
+            // or on their way back): wait for some, as the crate asks.
+            Err(e) if e.kind() == ErrorKind::NoBuffers => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             Err(e) => {
                 let _ = stdout.flush();
                 if o.verbose && tty {
@@ -266,11 +253,11 @@ fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&
                 return Err((e, total, copied));
             }
         };
-        if got.bytes == 0 {
+        if batch.is_eof() {
             break;
         }
-        for r in &recs[..got.records] {
-            let data = z.data(r);
+        for r in batch.iter() {
+            let data = r.data();
             match o.out {
                 Output::Stdout => out(&mut stdout, data),
                 Output::Discard => {}
@@ -281,12 +268,13 @@ fn receive(z: &mut Zcrx, sock: &std::net::TcpStream, o: &Opts, pattern: Option<&
                     }
                 }
             }
-            total += u64::from(r.len);
-            if r.flags & ZCRX_RS_REC_COPY != 0 {
-                copied += u64::from(r.len);
+            total += data.len() as u64;
+            if r.is_copy() {
+                copied += data.len() as u64;
             }
         }
-        z.refill(&recs[..got.records]).unwrap_or_else(|e| die("refill", e));
+        // the buffers go back here
+        drop(batch);
         if o.verbose && shown.elapsed() >= Duration::from_secs(1) {
             shown = Instant::now();
             progress(total, copied, t0.elapsed().as_secs_f64(), tty);
@@ -326,10 +314,10 @@ fn report(
     total: u64,
     copied: u64,
     secs: f64,
-    a: &zcrx_rs_stats,
-    b: &zcrx_rs_stats,
+    a: &Stats,
+    b: &Stats,
     buf_size: usize,
-    err: Option<&io::Error>,
+    err: Option<&zcrx::Error>,
 ) {
     let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
     let (copy_records, refill_ok, refill_bad, alloc_fail) =
