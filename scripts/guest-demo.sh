@@ -88,7 +88,7 @@ stream 32768 5202
 rm -f /tmp/demo-in /tmp/demo-nc.err /tmp/demo-nc.json
 
 echo
-echo "== side by side (zcrx-nc's counts; netdevsim's DMA counter; refill entries: one per record, a buffer or part of one)"
+echo "== side by side (zcrx-nc's counts; netdevsim's DMA counter; refill entries: one per record, which is part of a buffer or, merged, several whole ones)"
 printf '%-13s %-11s %-20s %-8s %-12s %s\n' "buffer bytes" "received" "zero-copy (share)" "copied" "DMA'd" "refills"
 printf '%s' "$SUMMARY"
 
