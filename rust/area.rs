@@ -189,8 +189,10 @@ impl Area {
     /// The receive memory one TCP socket may hold in the area's buffers, in
     /// its receive and out-of-order queues together (patch 53): a quarter
     /// of the area, and never less than 1 MiB (a smaller window slows one
-    /// flow: 1 MiB is the window of 100 Gb/s at an 80 us RTT). 0, no cap,
-    /// for an area of 1 MiB or less.
+    /// flow: 1 MiB is the window of 100 Gb/s at an 80 us RTT), so more than
+    /// a quarter for areas under 4 MiB. 0, no cap, for an area of 1 MiB or
+    /// less. The share counts truesize (skb heads too): fewer buffers than
+    /// it says.
     ///
     /// The area is shared by every flow of the context's queues. Without a
     /// cap, one socket whose reader falls behind (or whose peer parks data
