@@ -271,7 +271,7 @@ fi
 
 if [ -n "$debug" ]; then
 	if [ -z "$build" ] || build_kernel debug module iou-zcrx; then
-		vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 30 --fuzz-net-seconds 30
+		vm_suite debug check-debug --big-stream $((16 << 20)) --scale-down 8 --fuzz-seconds 20 --fuzz-net-seconds 20
 	fi
 fi
 
