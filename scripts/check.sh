@@ -69,6 +69,15 @@ pass=0 fail=0 skip=0 bad= lines=
 ALLOWED_SKIPS_fast="fault_injection_every_allocation"
 ALLOWED_SKIPS_debug="soak_streams_restarts_rebinds bnxt_loads_and_unloads"
 
+# Time: make check must stay within 45 minutes from an empty cache on a
+# 2-core machine. Measured (README): 43 min 21 s, and 48 min 55 s on a day
+# when the same machine built the same kernels 18% slower. Cuts not made
+# yet, largest first: the tree stage running the stock netdevsim only for
+# the cases not ok on ours (about 150 s; make tree-tests keeps the full
+# comparison); the debug suite leaving out tests that reach no kernel path
+# the others do not (the three server tests, about 60 s); slimmer kernel
+# configs (each build is 8-11 minutes).
+
 # A host check that counts as one test.
 host_check() {
 	local name=$1; shift
