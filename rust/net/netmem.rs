@@ -19,7 +19,7 @@
 //! share of the DMA mapping). A buffer index from user space is only ever
 //! looked up, and a return the user does not hold is refused.
 
-use core::{marker::PhantomData, mem::ManuallyDrop};
+use core::mem::ManuallyDrop;
 
 use kernel::{
     bindings,
@@ -27,10 +27,7 @@ use kernel::{
     new_spinlock_bh,
     prelude::*,
     sync::{
-        atomic::{
-            ordering::{Acquire, Relaxed, Release},
-            Atomic,
-        },
+        atomic::{ordering::Relaxed, Atomic},
         Mutex, SpinLockBh,
     },
     types::Opaque, //
@@ -39,14 +36,17 @@ use kernel::{
 use super::{
     freelist::FreeList,
     page_pool::{AllocBatch, PagePool},
-    provider::Uninstall,
     skb::Frag,
     urefs::UserRefs, //
 };
-use crate::mm::{
-    dma::{AreaMemory, DmaDevice, DmaMapping},
-    pin::{MappedPage, PAGE_SHIFT},
-};
+use crate::mm::{dma::AreaMemory, pin::PAGE_SHIFT};
+
+mod bufs;
+mod dma;
+
+pub(crate) use bufs::{FragBuf, FreeBuf, Netmem, NextBuf, Released};
+use dma::AreaDma;
+pub(crate) use dma::DmaUse;
 
 /// Ids of net_iov areas: unique for the life of the module, so a token of
 /// a freed area can never match a new one at the same address.
@@ -59,12 +59,6 @@ static NEXT_AREA_ID: Atomic<u64> = Atomic::new(1);
 /// Lives inside a [`NetIovArea`] that initialised it with `net_iov_init()`.
 #[repr(transparent)]
 struct NetIov(Opaque<bindings::net_iov>);
-
-/// The area's DMA mapping and how many [`DmaUse`]s share it.
-struct AreaDma {
-    map: DmaMapping,
-    users: usize,
-}
 
 /// An array of `struct net_iov` with its `struct net_iov_area`, and the
 /// state of every buffer.
@@ -461,42 +455,6 @@ impl NetIovArea {
         }
     }
 
-    /// Syncs the buffers of `batch` that are ours for the device, before
-    /// the pool hands them to the NIC (when the device needs syncs).
-    pub(crate) fn sync_for_device(&self, batch: &AllocBatch<'_>) {
-        let pool = batch.pool();
-        if batch.area() != self.id
-            || !self.mapped_for(pool)
-            || !self.can_copy()
-            || !pool.needs_sync()
-        {
-            // Nothing to do for a DMA-coherent device (asked once per
-            // batch, not per buffer). A dma-buf's addresses are its
-            // exporter's (peer-to-peer bus addresses, maybe): no cache
-            // maintenance on them, as devmem.
-            return;
-        }
-        let off = pool.offset() as usize;
-        let size = self.buf_size();
-        if off >= size {
-            return;
-        }
-        for nm in batch.netmems() {
-            if self.index_of(nm).is_some() {
-                // SAFETY: a live net_iov of ours; its DMA address is set.
-                let addr = unsafe { bindings::page_pool_get_dma_addr_netmem(nm.raw()) };
-                // SAFETY: the address is the buffer's in our mapping for
-                // the pool's device (checked above, and it stays: the
-                // batch's buffers are attached to the pool, so `teardown`
-                // refuses unless this area's provider is being uninstalled,
-                // which the core does only after the queue stopped
-                // allocating); `off + len` is within the buffer, whose DMA
-                // addresses are contiguous (type invariant).
-                unsafe { pool.sync_for_device(addr + off as u64, (size - off) as u32) };
-            }
-        }
-    }
-
     /// Takes back a buffer its pool released (`release_netmem`): detached,
     /// it is free again. False if it is not ours.
     pub(crate) fn take_released(&self, r: Released<'_>) -> bool {
@@ -517,138 +475,6 @@ impl NetIovArea {
         true
     }
 
-    /// Maps the area's pages for `dev` and sets every net_iov's DMA
-    /// address, or takes one more share of the mapping that exists for
-    /// `dev` (a binding made while the pools of an earlier one on the same
-    /// device still hold buffers). A mapping for another device that no
-    /// share uses and no pool holds a buffer of is torn down first;
-    /// otherwise `EBUSY`: a net_iov has one DMA address, so the area serves
-    /// one device at a time. `ERANGE` if a buffer larger than a page is not
-    /// one contiguous range of DMA addresses (memory that is not
-    /// physically contiguous per buffer, behind no IOMMU).
-    pub(crate) fn map_dma(&self, dev: DmaDevice) -> Result<DmaUse> {
-        let mut dma = self.dma.lock();
-        if let Some(d) = &mut *dma {
-            if d.map.is_for(&dev) {
-                d.users += 1;
-                return Ok(DmaUse { area: self.id });
-            }
-            if d.users > 0 || !self.teardown(&mut dma, false) {
-                return Err(EBUSY);
-            }
-        }
-        let size = self.buf_size();
-        // Segments no longer than the device takes (a NIC on PCI: 64 KiB
-        // unless its driver says more; DMA API debugging reports longer
-        // ones), and whole buffers per segment where that limit allows:
-        // a buffer then never spans segments, and each DMA sync stays
-        // inside one.
-        let max = dev.max_segment_size();
-        let max_segment = if max as usize >= size {
-            max & !(size as u32 - 1)
-        } else {
-            max
-        };
-        let m = self.mem.map(dev, max_segment)?;
-        let mut idx = 0usize;
-        // The buffer being put together: its DMA address, its bytes so far.
-        let (mut start, mut filled) = (0u64, 0usize);
-        m.for_each_segment(|addr, len| {
-            // Segments in page order. A buffer may span segments (a buffer
-            // larger than the device's segments), but it must be one range
-            // of DMA addresses.
-            let mut at = 0usize;
-            while at < len {
-                if idx >= self.len() {
-                    // A dma-buf is mapped whole; the area is its start.
-                    return if self.can_copy() { Err(EINVAL) } else { Ok(()) };
-                }
-                let a = addr + at as u64;
-                if filled == 0 {
-                    start = a;
-                } else if a != start + filled as u64 {
-                    return Err(ERANGE);
-                }
-                let take = (len - at).min(size - filled);
-                filled += take;
-                at += take;
-                if filled == size {
-                    self.set_dma_addr(idx, start)?;
-                    idx += 1;
-                    filled = 0;
-                }
-            }
-            Ok(())
-        })
-        .and_then(|()| {
-            if idx == self.len() {
-                Ok(())
-            } else {
-                Err(EINVAL)
-            }
-        })
-        .inspect_err(|_| self.clear_dma_addrs())?;
-        {
-            let _free = self.free.lock();
-            self.mapped_dev.store(m.device_id(), Release);
-        }
-        *dma = Some(AreaDma { map: m, users: 1 });
-        Ok(DmaUse { area: self.id })
-    }
-
-    /// Gives back a share of the DMA mapping; the last one unmaps. A share
-    /// of another area is ignored (with a warning). While a buffer is still
-    /// attached to a page pool, a NIC may still write it: the last share
-    /// unmaps then only with proof that this area's provider is being
-    /// uninstalled (`uninstall`, whose core has stopped the queue);
-    /// otherwise the mapping stays until [`NetIovArea::unmap_idle`] finds
-    /// no buffer attached, a mapping for another device is asked for, or
-    /// the area goes.
-    pub(crate) fn unmap_dma(&self, u: DmaUse, going: Option<&Uninstall<'_>>) {
-        let DmaUse { area } = u;
-        if area != self.id {
-            pr_warn!("unmap_dma: a DMA share of another area\n");
-            return;
-        }
-        let mut dma = self.dma.lock();
-        let Some(d) = &mut *dma else { return };
-        d.users -= 1;
-        if d.users > 0 {
-            return;
-        }
-        let going = going.is_some_and(|t| t.area == self.id);
-        self.teardown(&mut dma, going);
-    }
-
-    /// Unmaps the area if no share uses its mapping and no buffer is
-    /// attached to a page pool (the last pool of an unbound binding is
-    /// gone).
-    pub(crate) fn unmap_idle(&self) {
-        let mut dma = self.dma.lock();
-        if matches!(&*dma, Some(d) if d.users == 0) {
-            self.teardown(&mut dma, false);
-        }
-    }
-
-    /// Tears the mapping in `dma` (the locked `self.dma`, with no share
-    /// left) down, unless a buffer is attached to a page pool and the
-    /// device is not `going` away. Whether it did.
-    fn teardown(&self, dma: &mut Option<AreaDma>, going: bool) -> bool {
-        {
-            // Under the free lock, which allocations hold from checking
-            // `mapped_dev` to attaching: none attaches between the check
-            // and the store below.
-            let _free = self.free.lock();
-            if !going && self.attached.load(Relaxed) != 0 {
-                return false;
-            }
-            self.mapped_dev.store(0, Release);
-        }
-        self.clear_dma_addrs();
-        drop(dma.take());
-        true
-    }
-
     /// Whether any buffer is attached to a page pool.
     fn any_attached(&self) -> bool {
         (0..self.len()).any(|i| {
@@ -662,268 +488,6 @@ impl NetIovArea {
     /// The id of this area (see [`AllocBatch`], [`Released`], [`DmaUse`]).
     pub(crate) fn id(&self) -> u64 {
         self.id
-    }
-
-    fn mapped_for(&self, pool: &PagePool) -> bool {
-        let dev = self.mapped_dev.load(Acquire);
-        dev != 0 && pool.dma_dev_id() == dev
-    }
-
-    fn set_dma_addr(&self, idx: usize, addr: u64) -> Result {
-        // SAFETY: `niov` is a live net_iov of this area; called with the
-        // `dma` lock held, while no NIC can use the buffer: when mapping,
-        // no mapping existed, so buffers still attached are of pools whose
-        // device went away (a destroyed pool neither syncs nor hands them
-        // out); when clearing, the last share is gone and either no buffer
-        // is attached or the device is going away (see `unmap_dma`).
-        if unsafe { bindings::net_mp_niov_set_dma_addr(self.niov(idx), addr) } {
-            return Err(EFAULT);
-        }
-        Ok(())
-    }
-
-    fn clear_dma_addrs(&self) {
-        for i in 0..self.len() {
-            // 0 always fits.
-            let _ = self.set_dma_addr(i, 0);
-        }
-    }
-}
-
-/// A share of an area's DMA mapping, from [`NetIovArea::map_dma`]; give it
-/// back with [`NetIovArea::unmap_dma`] (dropping it keeps the mapping).
-#[must_use]
-pub(crate) struct DmaUse {
-    area: u64,
-}
-
-/// One of our buffers that a frag of a live skb holds.
-///
-/// # Invariants
-///
-/// `idx < area.len()` and `niov` is net_iov `idx` of `area`; the skb holds a
-/// page-pool reference to buffer `idx` of `area` while this value (which
-/// borrows the frag) exists.
-pub(crate) struct FragBuf<'a> {
-    area: &'a NetIovArea,
-    idx: usize,
-    niov: *mut bindings::net_iov,
-}
-
-impl FragBuf<'_> {
-    /// The buffer's index.
-    pub(crate) fn idx(&self) -> usize {
-        self.idx
-    }
-
-    /// Hands the buffer to the user: one more page-pool reference, so it is
-    /// not recycled while the user reads it, then one user reference.
-    ///
-    /// Runs for every buffer received: no bounds checks (the index came
-    /// from `lookup` or `NextBuf::take`).
-    #[inline(always)]
-    pub(crate) fn give_to_user(self) {
-        let (area, idx) = (self.area, self.idx);
-        // Taking a reference is allowed: the skb's keeps the count above 0
-        // (type invariant). Before the user reference (see `urefs`);
-        // `atomic_long_inc()`: relaxed.
-        // SAFETY: `niov` is net_iov `idx` of `area` (type invariant), live
-        // for as long as `area`.
-        unsafe { NetIovArea::pp_count_of(self.niov) }
-            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        // SAFETY: `idx < area.len()` (type invariant: `lookup` or `take`
-        // found it in the array), the number of buffers `urefs` counts
-        // (type invariant of `NetIovArea`).
-        unsafe { area.urefs.get_unchecked(idx) };
-    }
-}
-
-/// The buffer that would continue a run of buffers handed to the user, and
-/// how far the run may go: recognised by its address alone, the receive
-/// path's shortcut for a GRO'd stream, whose frags are usually buffers `i,
-/// i + 1, ...` (the pool hands them out in that order).
-///
-/// # Invariants
-///
-/// `raw == 0` (no run), or `raw` is the netmem of buffer `idx` of `area` and
-/// `end` that of buffer `j` (compared only, never used: it may be one past
-/// the array) for some `idx < j <= area.len()`.
-pub(crate) struct NextBuf<'a> {
-    area: &'a NetIovArea,
-    raw: usize,
-    end: usize,
-    idx: usize,
-}
-
-impl<'a> NextBuf<'a> {
-    /// No run: [`NextBuf::take`] finds nothing.
-    pub(crate) fn none(area: &'a NetIovArea) -> Self {
-        NextBuf {
-            area,
-            raw: 0,
-            end: 0,
-            idx: 0,
-        }
-    }
-
-    /// A run after `buf`, a buffer of `area`, of at most `max` more buffers
-    /// (fewer at the end of the area; none if `buf` is not `area`'s).
-    pub(crate) fn after(area: &'a NetIovArea, buf: &FragBuf<'_>, max: usize) -> Self {
-        if !core::ptr::eq(area, buf.area) {
-            return Self::none(area);
-        }
-        // `buf.idx < len`, so `i <= len`.
-        let i = buf.idx + 1;
-        let left = max.min(area.len() - i);
-        if left == 0 {
-            return Self::none(area);
-        }
-        let size = core::mem::size_of::<NetIov>();
-        let raw = area.netmem(i).raw();
-        // INVARIANT: buffer `i < len` is there, `j = i + left <= len`.
-        NextBuf {
-            area,
-            raw,
-            end: raw + left * size,
-            idx: i,
-        }
-    }
-
-    /// Ends the run.
-    #[inline(always)]
-    pub(crate) fn clear(&mut self) {
-        // INVARIANT: no run.
-        self.raw = 0;
-    }
-
-    /// Whether `frag` holds the next buffer of the run.
-    #[inline(always)]
-    pub(crate) fn is_next(&self, frag: &Frag) -> bool {
-        // A live frag's netmem is never 0: without a run (`raw == 0`) no
-        // frag matches.
-        frag.netmem().raw() == self.raw
-    }
-
-    /// `frag`'s buffer if it is the next one of the run, which then moves
-    /// on past it; `None` (nothing changes) otherwise. One comparison
-    /// instead of [`NetIovArea::lookup`].
-    #[inline(always)]
-    pub(crate) fn take<'f>(&mut self, frag: &'f Frag) -> Option<FragBuf<'f>>
-    where
-        'a: 'f,
-    {
-        if !self.is_next(frag) {
-            return None;
-        }
-        let size = core::mem::size_of::<NetIov>();
-        let idx = self.idx;
-        // Tagged (`NET_IOV`, bit 0): the net_iov is one byte below.
-        let niov = (self.raw - bindings::NET_IOV as usize) as *mut bindings::net_iov;
-        // INVARIANT: the next net_iov follows in the array; at `end` the
-        // run is over.
-        self.raw += size;
-        self.idx += 1;
-        if self.raw == self.end {
-            self.raw = 0;
-        }
-        // INVARIANT: the frag holds buffer `idx < len` of `area` (its
-        // netmem is that net_iov's); the skb holds a page-pool reference to
-        // it for as long as the frag is borrowed.
-        let area = self.area;
-        Some(FragBuf { area, idx, niov })
-    }
-}
-
-/// A buffer taken off the free list: attached to no pool, no references.
-/// Back to the free list on drop, unless given to the user.
-pub(crate) struct FreeBuf<'a> {
-    area: &'a NetIovArea,
-    idx: usize,
-}
-
-impl FreeBuf<'_> {
-    /// The buffer's index (to fill the page with a copy).
-    pub(crate) fn idx(&self) -> usize {
-        self.idx
-    }
-
-    /// Runs `f` with page `k` of the buffer mapped into the kernel (to
-    /// fill it with a copy); `EINVAL` if the buffer has no page `k`,
-    /// `EOPNOTSUPP` if the area is not CPU memory (a dma-buf).
-    pub(crate) fn with_page<R>(
-        &mut self,
-        k: usize,
-        f: impl FnOnce(&mut MappedPage<'_>) -> R,
-    ) -> Result<R> {
-        let order = self.area.buf_order();
-        if k >> order != 0 {
-            return Err(EINVAL);
-        }
-        let pages = self.area.mem.pages().ok_or(EOPNOTSUPP)?;
-        Ok(pages.with_mapped((self.idx << order) + k, f))
-    }
-
-    /// Hands the filled buffer to the user.
-    pub(crate) fn give_to_user(self) {
-        let (area, idx) = (self.area, self.idx);
-        core::mem::forget(self);
-        // INVARIANT: a copy buffer: one page-pool reference, the user's,
-        // set before the user reference (see `urefs`).
-        area.pp_set_refs(idx, 1);
-        area.urefs.get(idx);
-    }
-}
-
-impl Drop for FreeBuf<'_> {
-    fn drop(&mut self) {
-        let mut free = self.area.free.lock();
-        self.area.free_push(&mut free, self.idx);
-    }
-}
-
-/// A buffer a page pool gives back to its provider (`release_netmem`).
-/// Made only by the callback; see [`NetIovArea::take_released`].
-pub(crate) struct Released<'a> {
-    nm: Netmem<'a>,
-    area: u64,
-}
-
-impl<'a> Released<'a> {
-    /// # Safety
-    ///
-    /// Only from a `release_netmem` callback, for the netmem it was given;
-    /// `area` is the id of the area of the pool's provider.
-    pub(super) unsafe fn new(nm: Netmem<'a>, area: u64) -> Self {
-        Released { nm, area }
-    }
-}
-
-/// A `netmem_ref`: a page or a net_iov, valid for `'a`. Only for looking
-/// at (is it a net_iov, is it ours); the reference counts are the ledger's.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Netmem<'a>(bindings::netmem_ref, PhantomData<&'a ()>);
-
-impl<'a> Netmem<'a> {
-    /// Wraps a raw netmem reference.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a valid `netmem_ref` (a live page or net_iov, tagged as the
-    /// core does) that stays valid for `'a`.
-    pub(crate) unsafe fn from_raw(raw: bindings::netmem_ref) -> Self {
-        Netmem(raw, PhantomData)
-    }
-
-    /// The raw reference (for address comparisons and the C calls of this
-    /// layer).
-    pub(super) fn raw(self) -> bindings::netmem_ref {
-        self.0
-    }
-
-    /// Whether this is a net_iov (provider memory) rather than a page.
-    pub(crate) fn is_net_iov(self) -> bool {
-        // `netmem_is_net_iov()`: the tag bit.
-        self.0 & bindings::NET_IOV as usize != 0
     }
 }
 
