@@ -27,7 +27,7 @@ import sys
 ksrc, ifindex = sys.argv[1], int(sys.argv[2])
 sys.path.append(ksrc + '/tools/net/ynl/pyynl')
 from lib import YnlFamily
-ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml')
+ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
 def mp(o):
     m = o.get('mp-provider')
     return (m.get('name', '?'), m.get('rx-buf-len', 0)) if m else ('-', 0)
