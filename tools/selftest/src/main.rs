@@ -137,9 +137,73 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v
 }
 
+const USAGE: &str = "usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--exclude TEST[,TEST...]] [--list] [--fail-fast] [TEST...]";
+
 fn usage() -> ! {
-    eprintln!("usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--exclude TEST[,TEST...]] [--list] [--fail-fast] [TEST...]");
+    eprintln!("{USAGE}");
     exit(2);
+}
+
+/// The command line (see `USAGE`).
+struct Args {
+    module: Option<PathBuf>,
+    only: Vec<String>,
+    exclude: Vec<String>,
+    list: bool,
+    fail_fast: bool,
+    big_stream: u64,
+    scale_down: u64,
+    fuzz_seconds: u64,
+    fuzz_seed: Option<u64>,
+    soak_seconds: u64,
+    fuzz_net_seconds: u64,
+    fuzz_net_seed: Option<u64>,
+}
+
+fn parse_args(p: &mut lexopt::Parser) -> Result<Args, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut a = Args {
+        module: None,
+        only: Vec::new(),
+        exclude: Vec::new(),
+        list: false,
+        fail_fast: false,
+        big_stream: 1 << 30,
+        scale_down: 1,
+        fuzz_seconds: 0,
+        fuzz_seed: None,
+        soak_seconds: 0,
+        fuzz_net_seconds: 10,
+        fuzz_net_seed: None,
+    };
+    let above_0 = |v: &str| v.parse::<u64>().ok().filter(|&n| n > 0).ok_or("want a number above 0");
+    // the option being handled, for errors about its value
+    let mut at = String::new();
+    let r = (|| {
+        while let Some(arg) = p.next()? {
+            at = cliopt::name(&arg);
+            match arg {
+                Long("module") => a.module = Some(p.value()?.into()),
+                Long("big-stream") => a.big_stream = p.value()?.parse()?,
+                Long("scale-down") => a.scale_down = p.value()?.parse_with(above_0)?,
+                Long("fuzz-seconds") => a.fuzz_seconds = p.value()?.parse()?,
+                Long("fuzz-seed") => a.fuzz_seed = Some(p.value()?.parse()?),
+                Long("fuzz-net-seconds") => a.fuzz_net_seconds = p.value()?.parse_with(above_0)?,
+                Long("fuzz-net-seed") => a.fuzz_net_seed = Some(p.value()?.parse()?),
+                Long("soak-seconds") => a.soak_seconds = p.value()?.parse()?,
+                Long("exclude") => a.exclude.extend(p.value()?.string()?.split(',').map(str::to_string)),
+                Long("list") => a.list = true,
+                Long("fail-fast") => a.fail_fast = true,
+                Short('h') | Long("help") => cliopt::help(USAGE),
+                Value(t) => a.only.push(t.string()?),
+                _ => return Err(arg.unexpected()),
+            }
+            at.clear();
+        }
+        Ok(())
+    })();
+    cliopt::named(&at, r)?;
+    Ok(a)
 }
 
 /// Makes this process `nobody` (no capabilities, no supplementary groups)
@@ -196,19 +260,6 @@ fn child_register(bytes: usize, limit: u64) -> ! {
 const KMEMLEAK_GROUP: usize = 24;
 
 fn main() {
-    let mut module = None;
-    let mut only = Vec::new();
-    let mut exclude = Vec::new();
-    let mut list = false;
-    let mut fail_fast = false;
-    let mut big_stream = 1u64 << 30;
-    let mut scale_down = 1u64;
-    let mut fuzz_seconds = 0u64;
-    let mut fuzz_seed = None;
-    let mut soak_seconds = 0u64;
-    let mut fuzz_net_seconds = 10u64;
-    let mut fuzz_net_seed = None;
-    let mut args = std::env::args().skip(1);
     if std::env::args().nth(1).as_deref() == Some("--child-refill") {
         share::child_refill();
     }
@@ -226,26 +277,20 @@ fn main() {
         }
         child_register(v[0] as usize, v[1]);
     }
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--module" => module = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),
-            "--big-stream" => big_stream = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
-            "--scale-down" => scale_down = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage()),
-            "--fuzz-seconds" => fuzz_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
-            "--fuzz-seed" => fuzz_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
-            "--fuzz-net-seconds" => {
-                fuzz_net_seconds = args.next().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or_else(|| usage())
-            }
-            "--fuzz-net-seed" => fuzz_net_seed = Some(args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage())),
-            "--soak-seconds" => soak_seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
-            "--exclude" => exclude.extend(args.next().unwrap_or_else(|| usage()).split(',').map(str::to_string)),
-            "--list" => list = true,
-            "--fail-fast" => fail_fast = true,
-            "-h" | "--help" => usage(),
-            s if s.starts_with('-') => usage(),
-            s => only.push(s.to_string()),
-        }
-    }
+    let Args {
+        module,
+        only,
+        exclude,
+        list,
+        fail_fast,
+        big_stream,
+        scale_down,
+        fuzz_seconds,
+        fuzz_seed,
+        soak_seconds,
+        fuzz_net_seconds,
+        fuzz_net_seed,
+    } = cliopt::parse("zcrx-selftest", parse_args);
     let all = all_tests();
     // A name that matches no test is a typo that would run (or leave out)
     // something else than asked: refuse it.

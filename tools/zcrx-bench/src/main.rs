@@ -37,6 +37,8 @@
 //! (what the kernel took; 0 for copy and trunc).
 
 mod chart;
+mod client;
+mod clocks;
 mod multi;
 mod report;
 mod uring;
@@ -49,6 +51,9 @@ use std::time::{Duration, Instant};
 
 use zcrx::uapi::{ZCRX_RS_FEATURE_MERGE, ZCRX_RS_RECV_MERGE, ZCRX_RS_REC_COPY};
 use zcrx::{Pattern, Rec, Zcrx};
+
+use client::client;
+use clocks::*;
 
 const SEED: u64 = 0x5eed;
 /// Distance of the sampled checks: 64 bytes per MiB, at an offset that
@@ -136,27 +141,26 @@ struct Opts {
     src_port: u16,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N]\n\
-         \x20                 [--buf-size N] [--area MIB] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]\n\
-         \x20      zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C] [--write-size N]\n\
-         \x20      zcrx-bench --report RESULTS.jsonl\n\
-         \x20 --buf-size N  zero-copy modes: bytes per buffer (4096, 32768, 32k, ..; default a page);\n\
-         \x20               larger than a page: a hugetlbfs area (reserve /proc/sys/vm/nr_hugepages)\n\
-         \x20 --area MIB    zero-copy modes: the area (default 64; io_uring zcrx: per queue)\n\
-         \x20 --queues Q    zero-copy modes: bind queues N..N+Q-1 (zcrx-rs: one context, one area;\n\
-         \x20               io_uring zcrx: one instance per queue); RSS spreads the flows\n\
-         \x20 --flows N     both sides: N concurrent connections (1-{MAX_FLOWS}; -n is the total)\n\
-         \x20 --write-size N  sender: bytes per write() (default 256k)\n\
-         \x20 --src-port P  sender: flow i connects from port P+i (the same 4-tuples, so the same\n\
-         \x20               RSS spread, for every mode; the port may be in TIME_WAIT: SO_REUSEADDR)\n\
-         \x20 --split      receiver: also measure its CPU time inside receive system calls (in_calls_secs)\n\
-         \x20 --mark       receiver: execute `xchg %bx,%bx` where the measured window opens and closes\n\
-         \x20              (a no-op that scripts/qemu-insn-plugin.c counts instructions between)"
-    );
-    exit(2);
-}
+const USAGE: &str = "\
+usage: zcrx-bench -s --mode copy|trunc|iouring-zcrx|zcrx-rs|zcrx-rs-copy --port P [--dev IF --queue N]
+                  [--buf-size N] [--area MIB] [--cpu C] [-4|-6] [--rcvlowat BYTES] [--json]
+       zcrx-bench -c HOST --port P (-n BYTES | -t SECONDS) [--cpu C] [--write-size N]
+       zcrx-bench --report RESULTS.jsonl
+  --buf-size N  zero-copy modes: bytes per buffer (4096, 32768, 32k, ..; default a page);
+                larger than a page: a hugetlbfs area (reserve /proc/sys/vm/nr_hugepages)
+  --area MIB    zero-copy modes: the area (default 64; io_uring zcrx: per queue)
+  --queues Q    zero-copy modes: bind queues N..N+Q-1 (zcrx-rs: one context, one area;
+                io_uring zcrx: one instance per queue); RSS spreads the flows
+  --flows N     both sides: N concurrent connections (1-256; -n is the total)
+  --write-size N  sender: bytes per write() (default 256k)
+  --src-port P  sender: flow i connects from port P+i (the same 4-tuples, so the same
+                RSS spread, for every mode; the port may be in TIME_WAIT: SO_REUSEADDR)
+  --split       receiver: also measure its CPU time inside receive system calls (in_calls_secs)
+  --mark        receiver: execute `xchg %bx,%bx` where the measured window opens and closes
+                (a no-op that scripts/qemu-insn-plugin.c counts instructions between)
+  -h, --help    this text
+  -V, --version the version
+";
 
 fn die(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("zcrx-bench: {what}: {e}");
@@ -164,6 +168,19 @@ fn die(what: &str, e: impl std::fmt::Display) -> ! {
 }
 
 fn parse() -> Opts {
+    cliopt::parse("zcrx-bench", parse_args)
+}
+
+/// A value in `range`, or an error that says which.
+fn within<T: std::str::FromStr + PartialOrd + std::fmt::Display>(v: &str, lo: T, hi: T) -> Result<T, String> {
+    match v.parse::<T>() {
+        Ok(n) if n >= lo && n <= hi => Ok(n),
+        _ => Err(format!("want a number from {lo} to {hi}")),
+    }
+}
+
+fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut o = Opts {
         server: false,
         host: None,
@@ -186,204 +203,67 @@ fn parse() -> Opts {
         write_size: 256 << 10,
         src_port: 0,
     };
-    let mut a = std::env::args().skip(1);
-    while let Some(k) = a.next() {
-        let mut v = || a.next().unwrap_or_else(|| usage());
-        match k.as_str() {
-            "-s" => o.server = true,
-            "-c" => o.host = Some(v()),
-            "--port" | "-p" => o.port = v().parse().unwrap_or_else(|_| usage()),
-            "--mode" => o.mode = Mode::parse(&v()).unwrap_or_else(|| usage()),
-            "--dev" => o.dev = Some(v()),
-            "--queue" => o.queue = v().parse().unwrap_or_else(|_| usage()),
-            "--queues" => o.queues = v().parse().ok().filter(|&n| (1..=64).contains(&n)).unwrap_or_else(|| usage()),
-            "--cpu" => o.cpu = Some(v().parse().unwrap_or_else(|_| usage())),
-            "-4" => o.v6 = false,
-            "-6" => o.v6 = true,
-            "--json" => o.json = true,
-            "--split" => o.split = true,
-            "--mark" => o.mark = true,
-            "--rcvlowat" => o.rcvlowat = v().parse().unwrap_or_else(|_| usage()),
-            "--buf-size" => o.buf_size = zcrx::sys::parse_size(&v()).unwrap_or_else(|| usage()),
-            "--area" => o.area_mib = v().parse().ok().filter(|&m| m > 0).unwrap_or_else(|| usage()),
-            "--flows" => o.flows = v().parse().ok().filter(|&n| (1..=MAX_FLOWS).contains(&n)).unwrap_or_else(|| usage()),
-            "--write-size" => o.write_size = zcrx::sys::parse_size(&v()).filter(|&n| n > 0).unwrap_or_else(|| usage()),
-            "--src-port" => o.src_port = v().parse().ok().filter(|&p| p > 0).unwrap_or_else(|| usage()),
-            "-n" => o.bytes = Some(v().parse().unwrap_or_else(|_| usage())),
-            "-t" => o.secs = Some(v().parse().unwrap_or_else(|_| usage())),
-            "--report" => {
-                let path = v();
-                // A report piped into head(1) ends quietly, like other tools.
-                // SAFETY: restoring the default action of a signal.
-                unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-                match report::report(&path) {
-                    Ok(()) => exit(0),
-                    Err(e) => die("report", e),
+    let size = |v: &str| zcrx::sys::parse_size(v).filter(|&n| n > 0).ok_or("want a size such as 4096, 32k or 2M");
+    // the option being handled, for errors about its value
+    let mut at = String::new();
+    let r = (|| {
+        while let Some(arg) = p.next()? {
+            at = cliopt::name(&arg);
+            match arg {
+                Short('s') => o.server = true,
+                Short('c') => o.host = Some(p.value()?.string()?),
+                Short('p') | Long("port") => o.port = p.value()?.parse()?,
+                Long("mode") => {
+                    o.mode = p
+                        .value()?
+                        .parse_with(|v| Mode::parse(v).ok_or("want copy, trunc, iouring-zcrx, zcrx-rs, zcrx-rs-nomerge or zcrx-rs-copy"))?
                 }
+                Long("dev") => o.dev = Some(p.value()?.string()?),
+                Long("queue") => o.queue = p.value()?.parse()?,
+                Long("queues") => o.queues = p.value()?.parse_with(|v| within(v, 1, 64))?,
+                Long("cpu") => o.cpu = Some(p.value()?.parse()?),
+                Short('4') => o.v6 = false,
+                Short('6') => o.v6 = true,
+                Long("json") => o.json = true,
+                Long("split") => o.split = true,
+                Long("mark") => o.mark = true,
+                Long("rcvlowat") => o.rcvlowat = p.value()?.parse()?,
+                Long("buf-size") => o.buf_size = p.value()?.parse_with(size)?,
+                Long("area") => o.area_mib = p.value()?.parse_with(|v| within(v, 1, usize::MAX >> 20))?,
+                Long("flows") => o.flows = p.value()?.parse_with(|v| within(v, 1, MAX_FLOWS))?,
+                Long("write-size") => o.write_size = p.value()?.parse_with(size)?,
+                Long("src-port") => o.src_port = p.value()?.parse_with(|v| within(v, 1, u16::MAX))?,
+                Short('n') => o.bytes = Some(p.value()?.parse()?),
+                Short('t') => o.secs = Some(p.value()?.parse()?),
+                Long("report") => {
+                    let path = p.value()?.string()?;
+                    // A report piped into head(1) ends quietly, like other tools.
+                    // SAFETY: restoring the default action of a signal.
+                    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+                    match report::report(&path) {
+                        Ok(()) => exit(0),
+                        Err(e) => die("report", e),
+                    }
+                }
+                Short('h') | Long("help") => cliopt::help(USAGE),
+                Short('V') | Long("version") => cliopt::version("zcrx-bench", env!("CARGO_PKG_VERSION")),
+                _ => return Err(arg.unexpected()),
             }
-            _ => usage(),
+            at.clear();
         }
-    }
+        Ok(())
+    })();
+    cliopt::named(&at, r)?;
     if o.server == o.host.is_some() {
-        usage();
+        return Err("either -s (receive) or -c HOST (send)".into());
     }
     if o.queues > 1 && !o.mode.has_area() {
-        die("--queues", format!("mode {} binds no queue", o.mode.name()));
+        return Err(format!("--queues: mode {} binds no queue", o.mode.name()).into());
     }
     if o.buf_size != 0 && o.buf_size != zcrx::dev::page_size() && !o.mode.has_area() {
-        die("--buf-size", format!("mode {} has no buffers of its own", o.mode.name()));
+        return Err(format!("--buf-size: mode {} has no buffers of its own", o.mode.name()).into());
     }
-    o
-}
-
-/// CPU time charged to `cpu` in /proc/stat (user+nice+system+irq+softirq),
-/// and softirq alone, in seconds.
-fn cpu_stat(cpu: usize) -> (f64, f64) {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let key = format!("cpu{cpu} ");
-    let Some(l) = s.lines().find(|l| l.starts_with(&key)) else { return (0.0, 0.0) };
-    let v: Vec<f64> = l.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let get = |i: usize| v.get(i).copied().unwrap_or(0.0);
-    // user nice system idle iowait irq softirq
-    ((get(0) + get(1) + get(2) + get(5) + get(6)) / hz, get(6) / hz)
-}
-
-/// CPU time (user + system) of `ksoftirqd/cpu`, in seconds; 0 if not found.
-fn ksoftirqd_secs(cpu: usize) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let want = format!("ksoftirqd/{cpu}");
-    let Some(t) = tasks().into_iter().find(|t| t.comm == want) else { return 0.0 };
-    // Fields after the ")" that ends the name: utime is the 12th, stime the 13th.
-    let f: Vec<f64> = t.rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / hz
-}
-
-/// A process of /proc: its pid, its name and the fields of its `stat`
-/// after the name (state first).
-struct Task {
-    pid: libc::pid_t,
-    comm: String,
-    rest: String,
-}
-
-/// Every process (thread group) of /proc, from one read of its `stat`.
-fn tasks() -> Vec<Task> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<libc::pid_t>().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            // "PID (COMM) STATE ...": the name may hold spaces and ")".
-            let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
-            Some(Task { pid, comm: comm.to_string(), rest: rest.to_string() })
-        })
-        .collect()
-}
-
-/// The CPU-time clock of process `pid` (its whole thread group).
-fn cpu_clock(pid: libc::pid_t) -> Option<libc::clockid_t> {
-    let mut clk: libc::clockid_t = 0;
-    // SAFETY: writes into the live local.
-    (unsafe { libc::clock_getcpuclockid(pid, &mut clk) } == 0).then_some(clk)
-}
-
-/// This thread's user + system time in seconds.
-fn thread_cpu() -> f64 {
-    // SAFETY: getrusage fills the struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
-}
-
-/// Scheduler runtime (exact: the CPU-time clock of each thread,
-/// `clock_getcpuclockid`) of the kernel's NAPI threads, in seconds: those of
-/// device `dev` (comm `napi/DEV-ID`) and all others. With threaded NAPI the
-/// receive side of a device runs there: netdevsim's emulated DMA, GRO, the
-/// page pool's allocations, TCP's receive up to the socket's queue.
-fn napi_secs(dev: Option<&str>) -> (f64, f64) {
-    let (mut mine, mut other) = (0.0, 0.0);
-    // comm is cut to 15 bytes: match the device name as far as it goes.
-    let want = dev.map(|d| format!("napi/{d}-"));
-    for t in tasks().into_iter().filter(|t| t.comm.starts_with("napi/")) {
-        // None: the thread went away meanwhile.
-        let Some(secs) = cpu_clock(t.pid).and_then(clock_secs) else { continue };
-        match &want {
-            Some(w) if w.starts_with(&t.comm) || t.comm.starts_with(w.as_str()) => mine += secs,
-            _ => other += secs,
-        }
-    }
-    (mine, other)
-}
-
-/// `--split`: the receiver's CPU time inside its receive system calls
-/// (read, recv, the RECV ioctl, epoll_wait, io_uring_enter), in ns; 0 when
-/// not asked for. Two clock_gettime(CLOCK_THREAD_CPUTIME_ID) calls per
-/// system call, so a diagnostic: the main numbers run without it.
-static IN_CALLS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Receive calls measured under `--split`.
-static IN_CALLS_N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: writes into the live local.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Runs `f` (a receive system call), adding its CPU time to
-/// [`IN_CALLS_NS`] under `--split`.
-#[inline]
-pub(crate) fn in_call<T>(f: impl FnOnce() -> T) -> T {
-    use std::sync::atomic::Ordering::Relaxed;
-    if !SPLIT.load(Relaxed) {
-        return f();
-    }
-    let t = thread_cpu_ns();
-    let r = f();
-    IN_CALLS_NS.fetch_add(thread_cpu_ns() - t, Relaxed);
-    IN_CALLS_N.fetch_add(1, Relaxed);
-    r
-}
-
-/// What [`in_call`]'s own clock reads cost per call, in ns: inside the
-/// measured span and in all (measured on empty calls, before the run), so
-/// that `--split` can take them out of its figures.
-fn split_overhead() -> (f64, f64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    const N: u64 = 256;
-    let t = thread_cpu_ns();
-    for _ in 0..N {
-        in_call(|| ());
-    }
-    let all = (thread_cpu_ns() - t) as f64 / N as f64;
-    let inside = IN_CALLS_NS.swap(0, Relaxed) as f64 / N as f64;
-    IN_CALLS_N.store(0, Relaxed);
-    (inside, all)
-}
-
-/// The sender: the one other zcrx-bench process on the system (the bench
-/// runs one), as the CPU-time clock of its whole thread group (threads
-/// that ended included), or None if there is not exactly one.
-fn sender_clock() -> Option<libc::clockid_t> {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    // Zombies (ended, not yet reaped) do not count.
-    let found: Vec<_> = tasks().into_iter().filter(|t| t.pid != me && t.comm == "zcrx-bench" && !t.rest.starts_with('Z')).collect();
-    let [t] = &found[..] else { return None };
-    cpu_clock(t.pid)
-}
-
-/// The time of CPU-time clock `clk` in seconds, if it still exists.
-fn clock_secs(clk: libc::clockid_t) -> Option<f64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: writes into the live local.
-    (unsafe { libc::clock_gettime(clk, &mut ts) } == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+    Ok(o)
 }
 
 /// Checks the sampled bytes of the stream: `CHECK_LEN` bytes from every
@@ -644,45 +524,53 @@ fn server(o: &Opts) {
         insn_mark();
     }
     let n1 = napi_secs(o.dev.as_deref());
-    // The sender waits for us to close its connections (see `client`).
-    let sender_secs = match (sender.and_then(clock_secs), s0) {
-        (Some(a), Some(b)) => format!("\"sender_cpu_secs\":{:.4},", a - b),
-        _ => String::new(),
-    };
+    let sender_secs = sender.and_then(clock_secs).zip(s0).map(|(a, b)| a - b);
     let (napi_dev, napi_other) = (n1.0 - n0.0, n1.1 - n0.1);
     let ksi = ksoftirqd_secs(cpu) - k0;
     let (c1, si1) = cpu_stat(cpu);
     let stat_cpu = c1 - c0;
     let cpu_secs = rus + ksi;
     let gib = total as f64 / (1u64 << 30) as f64;
-    let line = format!(
-        "{{\"mode\":\"{}\",\"bytes\":{total},\"secs\":{secs:.4},\"gbps\":{:.4},\"cpu_secs\":{cpu_secs:.4},\
-         \"cpu_per_gib\":{:.4},\"thread_secs\":{rus:.4},\"ksoftirqd_secs\":{ksi:.4},\"stat_cpu_secs\":{stat_cpu:.4},\
-         \"stat_softirq_secs\":{:.4},\"copied_bytes\":{copied},\"calls\":{calls},\"records\":{records},\
-         \"verified_bytes\":{},\"napi_dev_secs\":{napi_dev:.4},\"napi_other_secs\":{napi_other:.4},{sender_secs}{}\"rcvlowat\":{rcvlowat},\"rcvbuf\":{},\"flows\":{},\"buf_size\":{buf_size},\"area_bytes\":{}}}",
-        o.mode.name(),
-        total as f64 * 8.0 / secs / 1e9,
-        cpu_secs / gib.max(1e-12),
-        si1 - si0,
-        smp.checked,
-        if o.split {
-            // The clock reads' own cost (measured before the run) taken out:
-            // what they add inside the calls from in_calls_secs, and all
-            // of it reported as split_overhead_secs.
-            let ns = IN_CALLS_NS.load(std::sync::atomic::Ordering::Relaxed) as f64;
-            let n = IN_CALLS_N.load(std::sync::atomic::Ordering::Relaxed) as f64;
-            format!(
-                "\"in_calls_secs\":{:.4},\"split_calls\":{n},\"split_overhead_secs\":{:.4},",
-                (ns - n * split_cost.0).max(0.0) / 1e9,
-                n * split_cost.1 / 1e9
-            )
-        } else {
-            String::new()
-        },
-        rcvbuf.unwrap_or(0),
-        o.flows,
-        if buf_size > 0 { area } else { 0 }
-    );
+    // Seconds and rates to 4 decimals: the runs' spread is far wider.
+    let r4 = |x: f64| serde_json::json!((x * 1e4).round() / 1e4);
+    let mut run = serde_json::json!({
+        "mode": o.mode.name(),
+        "bytes": total,
+        "secs": r4(secs),
+        "gbps": r4(total as f64 * 8.0 / secs / 1e9),
+        "cpu_secs": r4(cpu_secs),
+        "cpu_per_gib": r4(cpu_secs / gib.max(1e-12)),
+        "thread_secs": r4(rus),
+        "ksoftirqd_secs": r4(ksi),
+        "stat_cpu_secs": r4(stat_cpu),
+        "stat_softirq_secs": r4(si1 - si0),
+        "copied_bytes": copied,
+        "calls": calls,
+        "records": records,
+        "verified_bytes": smp.checked,
+        "napi_dev_secs": r4(napi_dev),
+        "napi_other_secs": r4(napi_other),
+        "rcvlowat": rcvlowat,
+        "rcvbuf": rcvbuf.unwrap_or(0),
+        "flows": o.flows,
+        "buf_size": buf_size,
+        "area_bytes": if buf_size > 0 { area } else { 0 },
+    });
+    // The sender waits for us to close its connections (see `client`).
+    if let Some(t) = sender_secs {
+        run["sender_cpu_secs"] = r4(t);
+    }
+    if o.split {
+        // The clock reads' own cost (measured before the run) taken out:
+        // what they add inside the calls from in_calls_secs, and all of it
+        // reported as split_overhead_secs.
+        let ns = IN_CALLS_NS.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        let n = IN_CALLS_N.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        run["in_calls_secs"] = r4((ns - n * split_cost.0).max(0.0) / 1e9);
+        run["split_calls"] = serde_json::json!(n as u64);
+        run["split_overhead_secs"] = r4(n * split_cost.1 / 1e9);
+    }
+    let line = run.to_string();
     if o.json {
         println!("{line}");
     } else {
@@ -709,146 +597,6 @@ fn insn_mark() {
     unsafe {
         std::arch::asm!(".byte 0x66, 0x87, 0xdb", options(nomem, nostack, preserves_flags))
     };
-}
-
-/// A TCP connection to `to` from local port `port` (any address), with
-/// SO_REUSEADDR so that a port whose last connection is in TIME_WAIT can be
-/// bound again (connect() then reuses the 4-tuple where the stack allows it:
-/// net.ipv4.tcp_tw_reuse).
-fn connect_from(to: SocketAddr, port: u16) -> io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let fam = if to.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
-    // SAFETY: plain socket creation.
-    let fd = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new fd nothing else owns; the stream closes it.
-    let s = unsafe { TcpStream::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads an int from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let any: std::net::IpAddr = if to.is_ipv6() { Ipv6Addr::UNSPECIFIED.into() } else { Ipv4Addr::UNSPECIFIED.into() };
-    let (local, remote) = (sockaddr(&SocketAddr::new(any, port)), sockaddr(&to));
-    // SAFETY: bind and connect read the address structs, live locals of the
-    // lengths given.
-    unsafe {
-        if libc::bind(fd, local.0.as_ptr().cast(), local.1) < 0 || libc::connect(fd, remote.0.as_ptr().cast(), remote.1) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(s)
-}
-
-/// `addr` as a sockaddr_in or sockaddr_in6 in a byte buffer, and its length.
-fn sockaddr(addr: &SocketAddr) -> (Vec<u8>, libc::socklen_t) {
-    match addr {
-        SocketAddr::V4(a) => {
-            let sa = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: a plain C struct viewed as its bytes.
-            let b = unsafe { std::slice::from_raw_parts((&sa as *const libc::sockaddr_in).cast::<u8>(), std::mem::size_of_val(&sa)) };
-            (b.to_vec(), b.len() as libc::socklen_t)
-        }
-        SocketAddr::V6(a) => {
-            let sa = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: a plain C struct viewed as its bytes.
-            let b = unsafe { std::slice::from_raw_parts((&sa as *const libc::sockaddr_in6).cast::<u8>(), std::mem::size_of_val(&sa)) };
-            (b.to_vec(), b.len() as libc::socklen_t)
-        }
-    }
-}
-
-fn client(o: &Opts) {
-    if let Some(c) = o.cpu {
-        zcrx::sys::pin_to_cpu(c).unwrap_or_else(|e| die("sched_setaffinity", e));
-    }
-    let host = o.host.clone().unwrap_or_default();
-    let addr: SocketAddr = format!("{}:{}", if host.contains(':') { format!("[{host}]") } else { host.clone() }, o.port)
-        .parse()
-        .unwrap_or_else(|e| die("address", e));
-    // What the sender writes is computed before connecting: no set-up in
-    // the timed window. The stream from offset 0 for PERIOD + write size
-    // bytes: a write of up to the write size starts anywhere in the first
-    // period (the pattern repeats every PERIOD bytes).
-    let mut table = vec![0u8; zcrx::pattern::PERIOD + o.write_size];
-    Pattern::new(SEED).fill(0, &mut table);
-    let table = std::sync::Arc::new(table);
-    // Every connection is up before the first byte goes out: the receiver
-    // starts its clock once it has accepted them all.
-    let t0 = Instant::now();
-    let socks: Vec<TcpStream> = (0..o.flows)
-        .map(|i| loop {
-            let r = if o.src_port == 0 {
-                TcpStream::connect(addr)
-            } else {
-                let p = o.src_port.checked_add(i as u16).unwrap_or_else(|| die("--src-port", "port + flows exceeds 65535"));
-                connect_from(addr, p)
-            };
-            match r {
-                Ok(s) => break s,
-                Err(_) if t0.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => die("connect", e),
-            }
-        })
-        .collect();
-    let total = o.bytes.unwrap_or(u64::MAX);
-    let until = o.secs.map(|t| Instant::now() + Duration::from_secs_f64(t));
-    let (n, wsize, cpu) = (o.flows as u64, o.write_size, o.cpu);
-    let senders: Vec<_> = socks
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut s)| {
-            let table = table.clone();
-            // The first flow carries what does not divide evenly.
-            let limit = if total == u64::MAX { total } else { total / n + if i == 0 { total % n } else { 0 } };
-            std::thread::spawn(move || {
-                if let Some(c) = cpu {
-                    zcrx::sys::pin_to_cpu(c).unwrap_or_else(|e| die("sched_setaffinity", e));
-                }
-                let mut off = 0u64;
-                while off < limit && until.is_none_or(|u| Instant::now() < u) {
-                    let at = (off % zcrx::pattern::PERIOD as u64) as usize;
-                    let buf = &table[at..at + ((limit - off) as usize).min(wsize)];
-                    s.write_all(buf).unwrap_or_else(|e| die("send", e));
-                    off += buf.len() as u64;
-                }
-                // End of stream; then stay until the receiver closes (at
-                // most a minute), so that it can read this process's CPU
-                // time at its end.
-                s.shutdown(std::net::Shutdown::Write).unwrap_or_else(|e| die("shutdown", e));
-                let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-                let mut b = [0u8; 1];
-                while matches!(s.read(&mut b), Ok(n) if n > 0) {}
-            })
-        })
-        .collect();
-    for t in senders {
-        if t.join().is_err() {
-            die("send", "a sender thread panicked");
-        }
-    }
 }
 
 fn main() {

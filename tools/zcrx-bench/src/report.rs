@@ -9,25 +9,32 @@ use std::collections::BTreeMap;
 
 use crate::chart;
 
-/// The numeric fields of a flat JSON object (no nesting, no arrays).
+/// The fields of one run's JSON object, each as text: a string's
+/// contents, a number or an array as JSON writes it. Empty if the line is
+/// not a JSON object (a run that died mid-line is skipped, not misread).
 pub fn fields(line: &str) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    let body = line.trim().trim_start_matches('{').trim_end_matches('}');
-    // Commas inside an array (`[1,2]`) do not end a field.
-    let mut depth = 0;
-    let parts = body.split(|c| {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            _ => {}
-        }
-        c == ',' && depth == 0
-    });
-    for kv in parts {
-        let Some((k, v)) = kv.split_once(':') else { continue };
-        m.insert(k.trim().trim_matches('"').to_string(), v.trim().trim_matches('"').to_string());
+    let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return BTreeMap::new();
+    };
+    obj.into_iter()
+        .map(|(k, v)| {
+            let t = match v {
+                serde_json::Value::String(s) => s,
+                v => v.to_string(),
+            };
+            (k, t)
+        })
+        .collect()
+}
+
+/// A number for the summaries' JSON: 4 decimals (the runs' spread is far
+/// wider), null when there is none (NaN, infinite).
+fn jnum(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!((v * 1e4).round() / 1e4)
+    } else {
+        serde_json::Value::Null
     }
-    m
 }
 
 /// Median of `v` (mean of the middle two for even counts).
@@ -269,36 +276,33 @@ pub fn report(path: &str) -> Result<(), String> {
 
     breakdown(&runs, &keys);
 
-    let jnum = |v: f64| if v.is_finite() { format!("{v:.4}") } else { "null".into() };
-    let jopt = |v: Option<u64>| v.map_or("null".into(), |v| v.to_string());
-    let mut json = String::from("{\"rows\":[");
-    for (i, r) in rows.iter().enumerate() {
-        json.push_str(&format!(
-            "{}{{\"mode\":\"{}\",\"buf_size\":{},\"mtu\":{},\"runs\":{},\"gbps_median\":{},\"cpu_per_gib_median\":{},\"zc_share\":{}}}",
-            if i > 0 { "," } else { "" },
-            r.key.mode,
-            r.key.buf,
-            jopt(r.key.mtu),
-            r.runs,
-            jnum(r.gbps),
-            jnum(r.cpu),
-            jnum(r.zc)
-        ));
-    }
-    json.push_str("],\"ratios\":[");
-    let mut first = true;
+    let rows_j: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "mode": r.key.mode,
+                "buf_size": r.key.buf,
+                "mtu": r.key.mtu,
+                "runs": r.runs,
+                "gbps_median": jnum(r.gbps),
+                "cpu_per_gib_median": jnum(r.cpu),
+                "zc_share": jnum(r.zc),
+            })
+        })
+        .collect();
+    let mut ratios_j = Vec::new();
     for (name, target, v) in &lines {
         for (&(b, m), x) in groups.iter().zip(v) {
-            json.push_str(&format!(
-                "{}{{\"ratio\":\"{name}\",\"buf_size\":{b},\"mtu\":{},\"value\":{},\"target\":\"{target}\"}}",
-                if first { "" } else { "," },
-                jopt(m),
-                x.filter(|v| v.is_finite()).map_or("null".into(), jnum)
-            ));
-            first = false;
+            ratios_j.push(serde_json::json!({
+                "ratio": name,
+                "buf_size": b,
+                "mtu": m,
+                "value": x.map_or(serde_json::Value::Null, jnum),
+                "target": target,
+            }));
         }
     }
-    json.push_str("]}");
+    let json = serde_json::json!({ "rows": rows_j, "ratios": ratios_j }).to_string();
     let out = format!("{path}.summary.json");
     std::fs::write(&out, json + "\n").map_err(|e| format!("{out}: {e}"))?;
     println!("\nsummary: {out}");
@@ -454,7 +458,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
     };
     let label = |series: &str, x: u64| if series == "write_size" { size_label(x) } else { x.to_string() };
     let fmt = |v: Option<f64>, p: usize| v.map_or("n/a".into(), |v| format!("{v:.p$}"));
-    let mut json = format!("{{\"buf_size\":{buf},\"series\":[");
+    let mut series_j = Vec::new();
     let mut panels = Vec::new();
     let mut si = 0;
     for (series, title, xs) in SERIES.iter() {
@@ -476,12 +480,12 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
         println!("|---|{}---|{}{}", "---|".repeat(modes.len()), "---|".repeat(modes.len()), if spread_col { "---|" } else { "" });
         let mut cpu_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
         let mut gbps_lines: Vec<Vec<Option<f64>>> = vec![Vec::new(); modes.len()];
-        json.push_str(&format!("{}{{\"series\":\"{series}\",\"points\":[", if si > 0 { "," } else { "" }));
-        for (xi, &x) in xs.iter().enumerate() {
+        let mut points_j = Vec::new();
+        for &x in xs.iter() {
             let mut cells = Vec::new();
             let mut gcells = Vec::new();
             let mut cpu_of = BTreeMap::new();
-            json.push_str(&format!("{}{{\"x\":{x},\"modes\":{{", if xi > 0 { "," } else { "" }));
+            let mut modes_j = serde_json::Map::new();
             for (mi, m) in modes.iter().enumerate() {
                 let rs = at(series, x, m);
                 let (cpu, g) = (med(&rs, "cpu_per_gib"), med(&rs, "gbps"));
@@ -490,16 +494,10 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
                 cpu_lines[mi].push(cpu);
                 gbps_lines[mi].push(g);
                 cpu_of.insert(m.as_str(), cpu);
-                let j = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.4}"));
-                json.push_str(&format!(
-                    "{}\"{m}\":{{\"runs\":{},\"cpu_per_gib_median\":{},\"gbps_median\":{}}}",
-                    if mi > 0 { "," } else { "" },
-                    rs.len(),
-                    j(cpu),
-                    j(g)
-                ));
+                let j = |v: Option<f64>| v.map_or(serde_json::Value::Null, jnum);
+                modes_j.insert(m.clone(), serde_json::json!({ "runs": rs.len(), "cpu_per_gib_median": j(cpu), "gbps_median": j(g) }));
             }
-            json.push_str("}}");
+            points_j.push(serde_json::json!({ "x": x, "modes": modes_j }));
             let r = match (cpu_of.get("zcrx-rs").copied().flatten(), cpu_of.get("iouring-zcrx").copied().flatten()) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "n/a".into(),
@@ -522,7 +520,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
             };
             println!("| {} | {} | {r} | {} |{spread}", label(series, x), cells.join(" | "), gcells.join(" | "));
         }
-        json.push_str("]}");
+        series_j.push(serde_json::json!({ "series": series, "points": points_j }));
         println!();
         // Where each point's run time went (see `breakdown`).
         if xs.iter().any(|&x| modes.iter().any(|m| at(series, x, m).iter().any(|r| r.contains_key("napi_dev_secs")))) {
@@ -567,7 +565,7 @@ fn scale_report(path: &str, runs: &[BTreeMap<String, String>]) -> Result<(), Str
             },
         ));
     }
-    json.push_str("]}\n");
+    let json = serde_json::json!({ "buf_size": buf, "series": series_j }).to_string() + "\n";
     let out = format!("{path}.scale.json");
     std::fs::write(&out, json).map_err(|e| format!("{out}: {e}"))?;
     // Row 1: CPU per GiB per series; row 2: throughput.
@@ -602,6 +600,13 @@ mod tests {
         assert_eq!(f["q"], "[3,4,5]");
         assert_eq!(f["b"], "x");
         assert_eq!(f.len(), 3);
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_object() {
+        assert!(fields("{\"mode\":\"copy\",\"bytes\":1").is_empty());
+        assert!(fields("[1,2]").is_empty());
+        assert_eq!(fields(r#"{"mode":"a,b:c"}"#)["mode"], "a,b:c");
     }
 
     #[test]

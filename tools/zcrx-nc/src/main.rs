@@ -72,12 +72,12 @@ Receives a TCP connection zero-copy; payload to stdout, stats to stderr.
   -V, --version the version
 ";
 
-fn usage() -> ! {
-    eprint!("{USAGE}");
-    exit(2);
+fn parse() -> Opts {
+    cliopt::parse("zcrx-nc", parse_args)
 }
 
-fn parse() -> Opts {
+fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut o = Opts {
         dev: String::new(),
         queues: Vec::new(),
@@ -91,44 +91,50 @@ fn parse() -> Opts {
         verbose: false,
         json: false,
     };
-    let mut a = std::env::args().skip(1);
-    while let Some(k) = a.next() {
-        let mut val = || a.next().unwrap_or_else(|| usage());
-        match k.as_str() {
-            "--dev" => o.dev = val(),
-            "--queue" => o.queues = vec![val().parse().unwrap_or_else(|_| usage())],
-            "--queues" => o.queues = val().split(',').map(|q| q.trim().parse().unwrap_or_else(|_| usage())).collect(),
-            "--port" => o.port = val().parse().unwrap_or_else(|_| usage()),
-            "--area" => o.area_mib = val().parse().unwrap_or_else(|_| usage()),
-            "--buf-size" => o.buf_size = zcrx::sys::parse_size(&val()).unwrap_or_else(|| usage()),
-            "--no-bind" => o.no_bind = true,
-            "--discard" => o.out = Output::Discard,
-            "--check" => o.out = Output::Check(val().parse().unwrap_or_else(|_| usage())),
-            "-4" => o.v6 = false,
-            "-6" => o.v6 = true,
-            "-k" => o.keep = true,
-            "-v" => o.verbose = true,
-            "--json" => o.json = true,
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                exit(0);
+    // the option being handled, for errors about its value
+    let mut at = String::new();
+    let r = (|| {
+        while let Some(arg) = p.next()? {
+            at = cliopt::name(&arg);
+            match arg {
+                Long("dev") => o.dev = p.value()?.string()?,
+                Long("queue") => o.queues = vec![p.value()?.parse()?],
+                Long("queues") => {
+                    o.queues = p.value()?.parse_with(|v| v.split(',').map(|q| q.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>())?
+                }
+                Long("port") => o.port = p.value()?.parse()?,
+                Long("area") => o.area_mib = p.value()?.parse()?,
+                Long("buf-size") => {
+                    o.buf_size = p.value()?.parse_with(|v| zcrx::sys::parse_size(v).ok_or("want a size such as 4096, 32k or 2M"))?
+                }
+                Long("no-bind") => o.no_bind = true,
+                Long("discard") => o.out = Output::Discard,
+                Long("check") => o.out = Output::Check(p.value()?.parse()?),
+                Short('4') => o.v6 = false,
+                Short('6') => o.v6 = true,
+                Short('k') => o.keep = true,
+                Short('v') => o.verbose = true,
+                Long("json") => o.json = true,
+                Short('h') | Long("help") => cliopt::help(USAGE),
+                Short('V') | Long("version") => cliopt::version("zcrx-nc", env!("CARGO_PKG_VERSION")),
+                _ => return Err(arg.unexpected()),
             }
-            "-V" | "--version" => {
-                println!("zcrx-nc {}", env!("CARGO_PKG_VERSION"));
-                exit(0);
-            }
-            _ => {
-                eprintln!("zcrx-nc: unknown option {k:?}");
-                usage()
-            }
+            at.clear();
         }
-    }
+        Ok(())
+    })();
+    cliopt::named(&at, r)?;
     // Either a queue to bind or --no-bind, not both.
-    let mode_ok = if o.no_bind { o.dev.is_empty() && o.queues.is_empty() } else { !o.dev.is_empty() };
-    if !mode_ok || o.port == 0 {
-        usage();
+    if o.no_bind && (!o.dev.is_empty() || !o.queues.is_empty()) {
+        return Err("--no-bind binds no queue: leave out --dev, --queue and --queues".into());
     }
-    o
+    if !o.no_bind && o.dev.is_empty() {
+        return Err("missing --dev IFNAME (the device whose queue to bind), or --no-bind".into());
+    }
+    if o.port == 0 {
+        return Err("missing --port P".into());
+    }
+    Ok(o)
 }
 
 fn die(what: &str, e: impl std::fmt::Display) -> ! {

@@ -78,12 +78,12 @@ struct Opts {
     requests: Option<u64>,
 }
 
-fn bad_usage(why: &str) -> ! {
-    eprintln!("zcrx-upload: {why}\n{USAGE}");
-    std::process::exit(2);
+fn parse_opts() -> Opts {
+    cliopt::parse("zcrx-upload", parse_args)
 }
 
-fn parse_opts() -> Opts {
+fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut o = Opts {
         dev: None,
         queue: None,
@@ -99,50 +99,47 @@ fn parse_opts() -> Opts {
         idle_timeout: Duration::from_secs(60),
         requests: None,
     };
-    let mut a = std::env::args().skip(1);
-    while let Some(k) = a.next() {
-        let mut v = || a.next().unwrap_or_else(|| bad_usage(&format!("{k} needs a value")));
-        let num = |s: String, what: &str| -> u64 { s.parse().unwrap_or_else(|_| bad_usage(&format!("{what}: not a number: {s:?}"))) };
-        let secs = |s: String, what: &str| -> Duration {
-            match s.parse::<u64>() {
-                Ok(n) if n > 0 => Duration::from_secs(n),
-                _ => bad_usage(&format!("{what}: not a number of seconds above 0: {s:?}")),
-            }
-        };
-        match k.as_str() {
-            "--dev" => o.dev = Some(v()),
-            "--queue" => o.queue = Some(num(v(), "--queue") as u32),
-            "--no-bind" => o.no_bind = true,
-            "--listen" => o.listen = v().parse().unwrap_or_else(|_| bad_usage("--listen: not an IP address")),
-            "--port" => o.port = v().parse().unwrap_or_else(|_| bad_usage("--port: not a port")),
-            "--dir" => o.dir = v().into(),
-            "--overwrite" => o.overwrite = true,
-            "--max-size" => {
-                let s = v();
-                o.max_size = zcrx::sys::parse_size(&s).unwrap_or_else(|| bad_usage(&format!("--max-size: not a size: {s:?}"))) as u64
-            }
-            "--max-conns" => o.max_conns = Some(num(v(), "--max-conns").max(1) as usize),
-            "--area" => o.area_mib = num(v(), "--area").max(1) as usize,
-            "--header-timeout" => o.header_timeout = secs(v(), "--header-timeout"),
-            "--idle-timeout" => o.idle_timeout = secs(v(), "--idle-timeout"),
-            "--requests" => o.requests = Some(num(v(), "--requests")),
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                std::process::exit(0);
-            }
-            "-V" | "--version" => {
-                println!("zcrx-upload {}", env!("CARGO_PKG_VERSION"));
-                std::process::exit(0);
-            }
-            _ => bad_usage(&format!("unknown option {k:?}")),
+    fn secs(v: &str) -> Result<Duration, &'static str> {
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_secs(n)),
+            _ => Err("want a number of seconds above 0"),
         }
     }
+    // the option being handled, for errors about its value
+    let mut at = String::new();
+    let r = (|| {
+        while let Some(arg) = p.next()? {
+            at = cliopt::name(&arg);
+            match arg {
+                Long("dev") => o.dev = Some(p.value()?.string()?),
+                Long("queue") => o.queue = Some(p.value()?.parse()?),
+                Long("no-bind") => o.no_bind = true,
+                Long("listen") => o.listen = p.value()?.parse()?,
+                Long("port") => o.port = p.value()?.parse()?,
+                Long("dir") => o.dir = p.value()?.into(),
+                Long("overwrite") => o.overwrite = true,
+                Long("max-size") => {
+                    o.max_size = p.value()?.parse_with(|v| zcrx::sys::parse_size(v).ok_or("want a size such as 100M or 16G"))? as u64
+                }
+                Long("max-conns") => o.max_conns = Some(p.value()?.parse::<usize>()?.max(1)),
+                Long("area") => o.area_mib = p.value()?.parse::<usize>()?.max(1),
+                Long("header-timeout") => o.header_timeout = p.value()?.parse_with(secs)?,
+                Long("idle-timeout") => o.idle_timeout = p.value()?.parse_with(secs)?,
+                Long("requests") => o.requests = Some(p.value()?.parse()?),
+                Short('h') | Long("help") => cliopt::help(USAGE),
+                Short('V') | Long("version") => cliopt::version("zcrx-upload", env!("CARGO_PKG_VERSION")),
+                _ => return Err(arg.unexpected()),
+            }
+            at.clear();
+        }
+        Ok(())
+    })();
+    cliopt::named(&at, r)?;
     match (o.no_bind, &o.dev, o.queue) {
-        (true, None, None) | (false, Some(_), Some(_)) => {}
-        (true, _, _) => bad_usage("--no-bind takes no --dev or --queue"),
-        _ => bad_usage("--dev and --queue are needed (or --no-bind)"),
+        (true, None, None) | (false, Some(_), Some(_)) => Ok(o),
+        (true, _, _) => Err("--no-bind takes no --dev or --queue".into()),
+        _ => Err("--dev and --queue are needed (or --no-bind)".into()),
     }
-    o
 }
 
 /// Longest file name stored: NAME_MAX less room for the temporary name.
