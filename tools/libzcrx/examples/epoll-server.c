@@ -4,12 +4,20 @@
  * libzcrx: one context bound to one rx queue serves every connection.
  *
  *   cc epoll-server.c $(pkg-config --cflags --libs zcrx) -o epoll-server
- *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-b BUF_SIZE] [-n CONNECTIONS]
+ *   ./epoll-server -i eth0 -q 3 -p 5201 [-a AREA_MIB] [-b BUF_SIZE] [-m MAX_CONNS] [-n CONNECTIONS]
  *   ./epoll-server -p 5201            (no queue: a copy-only context, any NIC)
  *
  * -b: bytes per buffer (4096, 32768, 32k, 2M; default a page). Buffers
  * larger than a page need huge pages for zero-copy (the library maps the
  * area with MAP_HUGETLB): reserve them with /proc/sys/vm/nr_hugepages.
+ *
+ * Sizing (Documentation/zcrx-rs.rst, "Sizing the area"): half the area is
+ * for what the sockets may queue, the rest for what the program holds and
+ * what is on its way. Each connection's receive buffer (SO_RCVBUF, set on
+ * the listener and inherited) is its share of that half, for at most -m
+ * connections at once (default: one per 4 MiB of the area); a connection
+ * beyond them is closed at once. So a few peers that send in bulk, or
+ * park out-of-order data, cannot hold the whole area and stall the rest.
  *
  * For each connection it prints, at its end, the bytes received, how many
  * came zero-copy and how many were copied, and an FNV-1a 64-bit hash of
@@ -69,7 +77,7 @@ static void die(const char *what, int err)
 	exit(1);
 }
 
-static int listen_on(int port)
+static int listen_on(int port, int rcvbuf)
 {
 	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
 	int one = 1, fd;
@@ -78,6 +86,9 @@ static int listen_on(int port)
 	if (fd < 0)
 		die("socket", errno);
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* before listen(): accepted sockets inherit it, the window scale too */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)))
+		die("SO_RCVBUF", errno);
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128))
 		die("bind/listen", errno);
 	return fd;
@@ -183,7 +194,8 @@ int main(int argc, char **argv)
 {
 	const char *ifname = NULL;
 	int queue = -1, port = 5201, opt, lfd, ep, ret;
-	long area_mib = 16, want = 0, done = 0;
+	long area_mib = 16, want = 0, done = 0, max_conns = 0, open_conns = 0, refused = 0;
+	int rcvbuf;
 	uint32_t buf_size = 0;
 	uint64_t tb = 0, tz = 0, tc = 0;
 	static char ctx_tag;	/* epoll data of the context's fd */
@@ -192,7 +204,7 @@ int main(int argc, char **argv)
 	struct epoll_event ev;
 	struct zcrx *z;
 
-	while ((opt = getopt(argc, argv, "i:q:p:a:b:n:")) != -1) {
+	while ((opt = getopt(argc, argv, "i:q:p:a:b:m:n:")) != -1) {
 		switch (opt) {
 		case 'i': ifname = optarg; break;
 		case 'q': queue = atoi(optarg); break;
@@ -205,15 +217,28 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'm': max_conns = atol(optarg); break;
 		case 'n': want = atol(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-b BUF_SIZE] [-n CONNECTIONS]\n"
+			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-b BUF_SIZE] [-m MAX_CONNS] [-n CONNECTIONS]\n"
 				"without -i and -q: a copy-only context (every byte copied, any NIC)\n"
-				"-b: bytes per buffer (32768, 32k; default a page)\n",
+				"-b: bytes per buffer (32768, 32k; default a page)\n"
+				"-m: connections served at once (default: one per 4 MiB of the area)\n",
 				argv[0]);
 			return 2;
 		}
 	}
+	if (area_mib < 1 || max_conns < 0) {
+		fprintf(stderr, "epoll-server: -a and -m take a number above 0\n");
+		return 2;
+	}
+	if (!max_conns)
+		max_conns = area_mib / 4 > 0 ? area_mib / 4 : 1;
+	/* a quarter of the area over the connections: half of it queued, as
+	 * the kernel doubles SO_RCVBUF; never below 64 KiB */
+	rcvbuf = (int)((area_mib << 20) / 4 / max_conns);
+	if (rcvbuf < (64 << 10))
+		rcvbuf = 64 << 10;
 	if (!ifname != (queue < 0)) {
 		fprintf(stderr, "epoll-server: -i IFNAME and -q QUEUE go together\n");
 		return 2;
@@ -244,7 +269,7 @@ int main(int argc, char **argv)
 			die("zcrx_bind_nodev (module without copy-only contexts?)", -ret);
 	}
 
-	lfd = listen_on(port);
+	lfd = listen_on(port, rcvbuf);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
@@ -265,11 +290,12 @@ int main(int argc, char **argv)
 			epoll_ctl(ep, EPOLL_CTL_DEL, zcrx_fd(z), NULL);
 	}
 	if (ifname)
-		printf("listening on port %d, zero-copy from %s queue %d, %u-byte buffers\n",
+		printf("listening on port %d, zero-copy from %s queue %d, %u-byte buffers",
 		       port, ifname, queue, zcrx_buf_size(z));
 	else
-		printf("listening on port %d, copy-only (no queue bound), %u-byte buffers\n",
+		printf("listening on port %d, copy-only (no queue bound), %u-byte buffers",
 		       port, zcrx_buf_size(z));
+	printf("; at most %ld connections, SO_RCVBUF %d KiB each\n", max_conns, rcvbuf >> 10);
 	fflush(stdout);
 
 	while (!want || done < want) {
@@ -318,6 +344,15 @@ int main(int argc, char **argv)
 
 				if (fd < 0)
 					continue;
+				if (open_conns >= max_conns) {
+					/* over the budget: its peer sees the close */
+					close(fd);
+					if (!refused++)
+						fprintf(stderr, "epoll-server: more than %ld connections "
+							"at once: closing the extra ones (-m)\n", max_conns);
+					continue;
+				}
+				open_conns++;
 				c = calloc(1, sizeof(*c));
 				if (!c)
 					die("calloc", ENOMEM);
@@ -353,11 +388,12 @@ int main(int argc, char **argv)
 			epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 			close(c->fd);
 			free(c);
+			open_conns--;
 			done++;
 		}
 	}
-	printf("total: %ld connections, %" PRIu64 " bytes, %" PRIu64 " zero-copy, %" PRIu64 " copied\n",
-	       done, tb, tz, tc);
+	printf("total: %ld connections, %" PRIu64 " bytes, %" PRIu64 " zero-copy, %" PRIu64 " copied, "
+	       "%ld refused\n", done, tb, tz, tc, refused);
 	close(ep);
 	close(lfd);
 	zcrx_close(z);
