@@ -29,19 +29,20 @@ git -C "$SRC" rev-parse -q --verify pristine >/dev/null || die "no pristine tag 
 
 # Short enough for make check (about 3 min per module on the fast kernel):
 # the tests that touch what our netdevsim patches change (the peer data
-# path, header split, queue restarts, page pools, qstats).
+# path, header split, queue restarts, page pools, qstats). ping.py (the
+# peer path with XDP programs, 50 s) is in the full list only.
 QUICK="drivers/net/netdevsim/peer.sh
 drivers/net/netdevsim/ethtool-features.sh
 drivers/net/hds.py
 drivers/net/queues.py
 drivers/net/stats.py
-drivers/net/ping.py
 net/nl_netdev.py
 hw:drivers/net/hw/iou-zcrx.py
 hw:drivers/net/hw/devmem.py"
 # hw: the tree's io_uring zcrx and devmem TCP tests, ours only (stock
 # netdevsim cannot run them).
 FULL="$QUICK
+drivers/net/ping.py
 drivers/net/netdevsim/ethtool-coalesce.sh
 drivers/net/netdevsim/ethtool-pause.sh
 drivers/net/netdevsim/ethtool-fec.sh
