@@ -81,11 +81,18 @@ unload() {
 	return 1
 }
 
-# all_ok LOGBASE: the run's exit status was 0 and no case of its KTAP
-# output is not ok, skipped or an expected failure
+# all_ok LOGBASE: the run's exit status was 0, its log is there, and its
+# KTAP output (colours taken out, as tree-compare.py does) has no case that
+# is not ok, skipped or an expected failure, and no fewer results than its
+# plan announced
 all_ok() {
-	[ "$(cat "$1.rc" 2>/dev/null)" = 0 ] &&
-		! grep -qE '^not ok [0-9]+ |^ok [0-9]+ .*# (SKIP|XFAIL|TODO)' "$1.log"
+	local ktap plan got
+	[ "$(cat "$1.rc" 2>/dev/null)" = 0 ] && [ -f "$1.log" ] || return 1
+	ktap=$(sed 's/\x1b\[[0-9;]*m//g' "$1.log")
+	! echo "$ktap" | grep -qE '^not ok [0-9]+ |^ok [0-9]+ .*# (SKIP|XFAIL|TODO)' || return 1
+	plan=$(echo "$ktap" | sed -n 's/^1\.\.\([0-9]\+\)$/\1/p' | head -1)
+	got=$(echo "$ktap" | grep -cE '^(not )?ok [0-9]+ ')
+	[ -z "$plan" ] || [ "$got" -ge "$plan" ]
 }
 
 # verdict RC LOGFILE: the progress line's result (the host compares the cases)

@@ -36,6 +36,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +78,28 @@ static void die(const char *what, int err)
 	exit(1);
 }
 
-static int listen_on(int port, int rcvbuf)
+/* A whole number from @lo to @hi for option -@opt, or exit 2 saying why. */
+static long num_arg(int opt, const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "epoll-server: -%c %s: want a number from %ld to %ld\n", opt, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+/* Listens on @port with receive buffers of @rcvbuf bytes; *@got is what the
+ * kernel granted (net.core.rmem_max caps it), as it reports it.
+ */
+static int listen_on(int port, int rcvbuf, int *got)
 {
 	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+	socklen_t glen = sizeof(*got);
 	int one = 1, fd;
 
 	fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -87,7 +107,8 @@ static int listen_on(int port, int rcvbuf)
 		die("socket", errno);
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	/* before listen(): accepted sockets inherit it, the window scale too */
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)))
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) ||
+	    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, got, &glen))
 		die("SO_RCVBUF", errno);
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 128))
 		die("bind/listen", errno);
@@ -195,7 +216,8 @@ int main(int argc, char **argv)
 	const char *ifname = NULL;
 	int queue = -1, port = 5201, opt, lfd, ep, ret;
 	long area_mib = 16, want = 0, done = 0, max_conns = 0, open_conns = 0, refused = 0;
-	int rcvbuf;
+	long long budget;
+	int rcvbuf, granted;
 	uint32_t buf_size = 0;
 	uint64_t tb = 0, tz = 0, tc = 0;
 	static char ctx_tag;	/* epoll data of the context's fd */
@@ -207,9 +229,9 @@ int main(int argc, char **argv)
 	while ((opt = getopt(argc, argv, "i:q:p:a:b:m:n:")) != -1) {
 		switch (opt) {
 		case 'i': ifname = optarg; break;
-		case 'q': queue = atoi(optarg); break;
-		case 'p': port = atoi(optarg); break;
-		case 'a': area_mib = atol(optarg); break;
+		case 'q': queue = (int)num_arg(opt, optarg, 0, 65535); break;
+		case 'p': port = (int)num_arg(opt, optarg, 1, 65535); break;
+		case 'a': area_mib = num_arg(opt, optarg, 1, 1L << 20); break;
 		case 'b':
 			buf_size = parse_size(optarg);
 			if (!buf_size) {
@@ -217,8 +239,8 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'm': max_conns = atol(optarg); break;
-		case 'n': want = atol(optarg); break;
+		case 'm': max_conns = num_arg(opt, optarg, 1, 1L << 20); break;
+		case 'n': want = num_arg(opt, optarg, 0, LONG_MAX); break;
 		default:
 			fprintf(stderr, "usage: %s [-i IFNAME -q QUEUE] [-p PORT] [-a AREA_MIB] [-b BUF_SIZE] [-m MAX_CONNS] [-n CONNECTIONS]\n"
 				"without -i and -q: a copy-only context (every byte copied, any NIC)\n"
@@ -228,17 +250,17 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (area_mib < 1 || max_conns < 0) {
-		fprintf(stderr, "epoll-server: -a and -m take a number above 0\n");
-		return 2;
-	}
 	if (!max_conns)
 		max_conns = area_mib / 4 > 0 ? area_mib / 4 : 1;
 	/* a quarter of the area over the connections: half of it queued, as
-	 * the kernel doubles SO_RCVBUF; never below 64 KiB */
-	rcvbuf = (int)((area_mib << 20) / 4 / max_conns);
-	if (rcvbuf < (64 << 10))
-		rcvbuf = 64 << 10;
+	 * the kernel doubles SO_RCVBUF (64 KiB at least: a smaller window
+	 * crawls; INT_MAX at most, what the option takes) */
+	budget = ((long long)area_mib << 20) / 4 / max_conns;
+	rcvbuf = budget > INT_MAX ? INT_MAX : budget < (64 << 10) ? 64 << 10 : (int)budget;
+	if (budget < (64 << 10))
+		fprintf(stderr, "epoll-server: -m %ld connections on a %ld MiB area leave each less "
+			"than 64 KiB: they may hold more than the area together (fewer -m or a larger -a)\n",
+			max_conns, area_mib);
 	if (!ifname != (queue < 0)) {
 		fprintf(stderr, "epoll-server: -i IFNAME and -q QUEUE go together\n");
 		return 2;
@@ -269,7 +291,7 @@ int main(int argc, char **argv)
 			die("zcrx_bind_nodev (module without copy-only contexts?)", -ret);
 	}
 
-	lfd = listen_on(port, rcvbuf);
+	lfd = listen_on(port, rcvbuf, &granted);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
@@ -295,7 +317,9 @@ int main(int argc, char **argv)
 	else
 		printf("listening on port %d, copy-only (no queue bound), %u-byte buffers",
 		       port, zcrx_buf_size(z));
-	printf("; at most %ld connections, SO_RCVBUF %d KiB each\n", max_conns, rcvbuf >> 10);
+	/* what the kernel granted (doubled, capped by net.core.rmem_max) */
+	printf("; at most %ld connections, receive buffer %d KiB each (asked for %d)\n",
+	       max_conns, granted >> 10, rcvbuf >> 10);
 	fflush(stdout);
 
 	while (!want || done < want) {

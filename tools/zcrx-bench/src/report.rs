@@ -117,7 +117,12 @@ fn key_of(r: &BTreeMap<String, String>) -> Option<Key> {
 /// and against copy and trunc at the same MTU.
 pub fn report(path: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let runs: Vec<_> = text.lines().filter(|l| l.trim_start().starts_with('{')).map(fields).collect();
+    let lines: Vec<_> = text.lines().filter(|l| l.trim_start().starts_with('{')).collect();
+    let runs: Vec<_> = lines.iter().map(|l| fields(l)).filter(|r| !r.is_empty()).collect();
+    if runs.len() < lines.len() {
+        // a run that died mid-line, or a field a script left empty
+        eprintln!("{path}: {} of {} run lines are not JSON objects: left out", lines.len() - runs.len(), lines.len());
+    }
     let num = |r: &BTreeMap<String, String>, k: &str| r.get(k).and_then(|v| v.parse::<f64>().ok());
     let mut vcpus: Vec<&str> = runs.iter().filter_map(|r| r.get("vcpus").map(|c| c.as_str())).collect();
     vcpus.sort();
