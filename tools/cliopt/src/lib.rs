@@ -86,6 +86,40 @@ pub fn named<T>(name: &str, r: Result<T, lexopt::Error>) -> Result<T, lexopt::Er
     })
 }
 
+/// For a program's own tests: runs the program at `exe` (its
+/// `CARGO_BIN_EXE_*`) and checks the conventions above: `-h`/`--help` on
+/// stdout starting with `usage: bin`, status 0, nothing on stderr;
+/// `-V`/`--version` printing `bin version`; and for each of `errors` (the
+/// arguments, and what the message must name) a usage error: status 2,
+/// nothing on stdout, `bin: ` and a pointer to `--help` on stderr. No
+/// device is needed: each run ends before the program opens anything.
+/// Panics with the first difference.
+pub fn check_conventions(exe: &str, bin: &str, version: &str, errors: &[(&[&str], &str)]) {
+    use std::process::Command;
+    let run = |args: &[&str]| Command::new(exe).args(args).output().unwrap_or_else(|e| panic!("run {exe}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    for flag in ["-h", "--help"] {
+        let o = run(&[flag]);
+        assert_eq!(o.status.code(), Some(0), "{flag}");
+        assert!(text(&o.stdout).starts_with(&format!("usage: {bin}")), "{flag}: {}", text(&o.stdout));
+        assert!(o.stderr.is_empty(), "{flag}: {}", text(&o.stderr));
+    }
+    for flag in ["-V", "--version"] {
+        let o = run(&[flag]);
+        assert_eq!(o.status.code(), Some(0), "{flag}");
+        assert_eq!(text(&o.stdout), format!("{bin} {version}\n"));
+    }
+    for (args, want) in errors {
+        let o = run(args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+        assert!(err.starts_with(&format!("{bin}: ")), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err:?} does not say {want:?}");
+        assert!(err.contains("--help"), "{args:?}: {err}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
