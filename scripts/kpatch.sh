@@ -79,7 +79,9 @@ export)
 	[ -z "$stray" ] || die "untracked new files in $DEV (commit them with git add -f):
 $stray"
 	rm -f "$P"/*.patch
-	git -C "$DEV" format-patch -q -N -o "$P" --zero-commit --no-signature pristine..dev
+	# abbreviated blob ids of a fixed length: the default grows with the
+	# number of objects, and would rewrite every patch on another machine
+	git -C "$DEV" -c core.abbrev=9 format-patch -q -N -o "$P" --zero-commit --no-signature pristine..dev
 	{
 		echo "# zcrx-rs kernel patch series, applied in order on top of linux-source-7.2"
 		echo "# by scripts/kernel.sh. One \`git format-patch\` file per line."

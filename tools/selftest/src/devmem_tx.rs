@@ -38,7 +38,7 @@ pub const TESTS: &[(&str, TestFn)] =
     &[("devmem_tx_on_signed_socket", devmem_tx_on_signed_socket), ("devmem_tx_mtu_probe", devmem_tx_mtu_probe)];
 
 /// `SO_ZEROCOPY` and `SCM_DEVMEM_DMABUF` (asm-generic/socket.h).
-const SO_ZEROCOPY: libc::c_int = 60;
+pub(crate) const SO_ZEROCOPY: libc::c_int = 60;
 const SCM_DEVMEM_DMABUF: libc::c_int = 79;
 const MSG_ZEROCOPY: libc::c_int = 0x4000000;
 
@@ -55,17 +55,23 @@ fn pat(i: usize) -> u8 {
 /// the caller's namespace: `(binding, dmabuf, memfd)`; the binding lasts
 /// while the first is alive.
 fn tx_dmabuf(ifindex: u32) -> Result<(zcrx::netdev::TxBinding, OwnedFd, OwnedFd), String> {
-    let (memfd, dmabuf) = crate::dmabuf::udmabuf(BUF)?;
-    let mut f = std::fs::File::from(memfd.try_clone().map_err(|e| e.to_string())?);
     let data: Vec<u8> = (0..BUF).map(pat).collect();
-    f.write_all(&data).map_err(|e| format!("fill the memfd: {e}"))?;
+    tx_dmabuf_of(ifindex, &data)
+}
+
+/// A dma-buf holding `data` (a whole number of pages), bound for TX on
+/// `ifindex` of the caller's namespace, as [`tx_dmabuf`].
+pub(crate) fn tx_dmabuf_of(ifindex: u32, data: &[u8]) -> Result<(zcrx::netdev::TxBinding, OwnedFd, OwnedFd), String> {
+    let (memfd, dmabuf) = crate::dmabuf::udmabuf(data.len())?;
+    let mut f = std::fs::File::from(memfd.try_clone().map_err(|e| e.to_string())?);
+    f.write_all(data).map_err(|e| format!("fill the memfd: {e}"))?;
     let b = zcrx::netdev::bind_tx(ifindex, dmabuf.as_fd()).map_err(|e| format!("bind-tx: {e}"))?;
     Ok((b, dmabuf, memfd))
 }
 
 /// `sendmsg(MSG_ZEROCOPY | flags)` of `len` bytes at offset `off` of the
 /// dma-buf of binding `id`.
-fn send_devmem(s: &TcpStream, id: u32, off: usize, len: usize, flags: libc::c_int) -> std::io::Result<usize> {
+pub(crate) fn send_devmem(s: &TcpStream, id: u32, off: usize, len: usize, flags: libc::c_int) -> std::io::Result<usize> {
     send_devmem_iov(s, id, &[(off, len)], flags)
 }
 
@@ -101,7 +107,7 @@ fn send_devmem_iov(s: &TcpStream, id: u32, ranges: &[(usize, usize)], flags: lib
 
 /// Reads and discards the socket's zerocopy completions (`MSG_ERRQUEUE`),
 /// so that they do not use up its option memory.
-fn drain_errqueue(s: &TcpStream) {
+pub(crate) fn drain_errqueue(s: &TcpStream) {
     let mut cbuf = [0u64; 16];
     loop {
         // SAFETY: all-zero is a valid msghdr.
@@ -116,7 +122,7 @@ fn drain_errqueue(s: &TcpStream) {
     }
 }
 
-fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> Result<(), String> {
+pub(crate) fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> Result<(), String> {
     // SAFETY: setsockopt reads an int from a live local.
     let r = unsafe {
         libc::setsockopt(
@@ -132,7 +138,7 @@ fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_in
 
 /// Resets instead of lingering: a socket whose queued dma-buf data can
 /// no longer be sent must not outlive the test with the binding's pages.
-fn close_now(s: TcpStream) -> Result<(), String> {
+pub(crate) fn close_now(s: TcpStream) -> Result<(), String> {
     zcrx::sys::set_linger_abort(&s).map_err(|e| format!("SO_LINGER: {e}"))
 }
 

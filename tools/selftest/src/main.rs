@@ -44,6 +44,7 @@ mod net;
 mod netlink;
 mod nsim;
 mod pkt;
+mod psp;
 mod remote;
 mod share;
 mod signed;
@@ -117,6 +118,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(urgent::TESTS);
     v.extend_from_slice(signed::TESTS);
     v.extend_from_slice(devmem_tx::TESTS);
+    v.extend_from_slice(psp::TESTS);
     v.extend_from_slice(esp::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);

@@ -22,8 +22,10 @@ const ETHTOOL_TCP_DATA_SPLIT_DISABLED: u8 = 1;
 const ETHTOOL_TCP_DATA_SPLIT_ENABLED: u8 = 2;
 const NLA_F_NESTED: u16 = 1 << 15;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
+const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
 const SOL_NETLINK: libc::c_int = 270;
@@ -40,11 +42,16 @@ pub(crate) fn attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
 
 /// A complete generic netlink request.
 fn genl_msg(family: u16, cmd: u8, seq: u32, attrs: &[u8]) -> Vec<u8> {
+    genl_msg_flags(family, cmd, seq, NLM_F_REQUEST | NLM_F_ACK, attrs)
+}
+
+/// A complete generic netlink message with netlink flags `flags`.
+fn genl_msg_flags(family: u16, cmd: u8, seq: u32, flags: u16, attrs: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(20 + attrs.len());
     let len = 16 + 4 + attrs.len();
     m.extend_from_slice(&(len as u32).to_ne_bytes());
     m.extend_from_slice(&family.to_ne_bytes());
-    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
     m.extend_from_slice(&0u32.to_ne_bytes());
     m.extend_from_slice(&[cmd, 1, 0, 0]); // genlmsghdr: cmd, version
@@ -75,6 +82,35 @@ pub(crate) fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
         f(ty, &buf[4..len]);
         buf = &buf[len.next_multiple_of(4).min(buf.len())..];
     }
+}
+
+/// The messages of dump `seq` in `buf` (one datagram), appended to `out`
+/// (each one's payload: the generic netlink header and the attributes);
+/// `true` once its `NLMSG_DONE` came, the error of an `NLMSG_ERROR`.
+fn dump_part(mut buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<bool> {
+    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    while buf.len() >= 16 {
+        let len = u32_at(buf, 0) as usize;
+        if len < 16 || len > buf.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
+        }
+        let msg = &buf[..len];
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        if u32_at(msg, 8) != seq {
+            continue;
+        }
+        match u16::from_ne_bytes([msg[4], msg[5]]) {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                // an error ends the dump; reply_of() decodes it (with the
+                // kernel's text)
+                reply_of(msg, seq)?;
+                return Ok(true);
+            }
+            _ => out.push(msg[16..].to_vec()),
+        }
+    }
+    Ok(false)
 }
 
 /// The answer to request `seq` among the netlink messages of `buf` (one
@@ -179,6 +215,31 @@ impl Genl {
         }
     }
 
+    /// Sends a dump request and returns the payload of each message of
+    /// the dump (the generic netlink header and the attributes), or the
+    /// error that ended it.
+    pub(crate) fn dump(&mut self, family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.seq += 1;
+        let m = genl_msg_flags(family, cmd, self.seq, NLM_F_REQUEST | NLM_F_DUMP, attrs);
+        // SAFETY: sending our buffer on our socket (to the kernel, addr 0).
+        let r = unsafe { libc::send(self.fd.as_raw_fd(), m.as_ptr().cast(), m.len(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; 32768];
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: receiving into our buffer.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if dump_part(&buf[..n as usize], self.seq, &mut out)? {
+                return Ok(out);
+            }
+        }
+    }
+
     pub(crate) fn family_id(&mut self, name: &str) -> io::Result<u16> {
         let mut a = Vec::new();
         let mut n = name.as_bytes().to_vec();
@@ -258,6 +319,23 @@ mod tests {
         let err = reply_of(&m, 3).unwrap_err();
         assert_eq!(err.raw_os_error(), None);
         assert!(err.to_string().ends_with(": no header split here"), "{err}");
+    }
+
+    #[test]
+    fn dumps_end_at_done() {
+        let mut d = msg(0x20, 4, &[1, 1, 0, 0]);
+        d.extend(msg(0x20, 3, &[9, 9, 9, 9])); // another request's
+        d.extend(msg(0x20, 4, &[2, 1, 0, 0]));
+        let mut out = Vec::new();
+        assert!(!dump_part(&d, 4, &mut out).unwrap());
+        assert_eq!(out, vec![vec![1, 1, 0, 0], vec![2, 1, 0, 0]]);
+        assert!(dump_part(&msg(NLMSG_DONE, 4, &[0u8; 4]), 4, &mut out).unwrap());
+        assert_eq!(out.len(), 2);
+        let mut e = (-libc::EPERM).to_ne_bytes().to_vec();
+        e.extend_from_slice(&[0u8; 16]);
+        assert_eq!(dump_part(&msg(NLMSG_ERROR, 4, &e), 4, &mut out).unwrap_err().raw_os_error(), Some(libc::EPERM));
+        let m = genl_msg_flags(0x20, 1, 4, NLM_F_REQUEST | NLM_F_DUMP, &[]);
+        assert_eq!(u16::from_ne_bytes([m[6], m[7]]), 0x301);
     }
 
     #[test]

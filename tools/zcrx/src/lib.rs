@@ -40,6 +40,8 @@ pub mod netdev;
 #[cfg(feature = "testing")]
 pub mod pattern;
 #[cfg(feature = "testing")]
+pub mod psp;
+#[cfg(feature = "testing")]
 pub mod sys;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unreachable_pub)]
