@@ -80,12 +80,13 @@ fn one(n: &Nsim, v6: bool, port: u16, ids: (u32, u32), seed: u64) -> Result<Stri
     let (go_tx, go_rx) = channel::<()>();
     let log = DmaLog::start()?;
     let p2 = pat.clone();
+    let (a_dev, b_dev) = ids;
     let rx = with_receiver(n.a_idx, 0, 8 << 20, port, v6, move |z, l| {
         let s = accept_within(&l, T)?;
-        let k = psp::rx_assoc(s.as_fd(), VERSION_GCM_128).map_err(|e| format!("nsa: rx-assoc: {e}"))?;
+        let k = psp::rx_assoc(a_dev, s.as_fd(), VERSION_GCM_128).map_err(|e| format!("nsa: rx-assoc: {e}"))?;
         a_key_tx.send(k).map_err(|_| "the sender is gone")?;
         let kb = b_key_rx.recv_timeout(T).map_err(|_| "no key from the sender")?;
-        psp::tx_assoc(s.as_fd(), VERSION_GCM_128, &kb).map_err(|e| format!("nsa: tx-assoc: {e}"))?;
+        psp::tx_assoc(a_dev, s.as_fd(), VERSION_GCM_128, &kb).map_err(|e| format!("nsa: tx-assoc: {e}"))?;
         let _ = go_tx.send(());
         // (a stall is the failure: without the fix every segment is dropped)
         receive_or_stall(z, &s, &p2, STALL)
@@ -95,10 +96,10 @@ fn one(n: &Nsim, v6: bool, port: u16, ids: (u32, u32), seed: u64) -> Result<Stri
         let (b, _d, _m) = tx_dmabuf_of(b_idx, &data)?;
         let s = net::connect(addr_a(v6, port), T)?;
         let r = (|| -> Result<(), String> {
-            let k = psp::rx_assoc(s.as_fd(), VERSION_GCM_128).map_err(|e| format!("nsb: rx-assoc: {e}"))?;
+            let k = psp::rx_assoc(b_dev, s.as_fd(), VERSION_GCM_128).map_err(|e| format!("nsb: rx-assoc: {e}"))?;
             b_key_tx.send(k).map_err(|_| "the receiver is gone")?;
             let ka = a_key_rx.recv_timeout(T).map_err(|_| "no key from the receiver")?;
-            psp::tx_assoc(s.as_fd(), VERSION_GCM_128, &ka).map_err(|e| format!("nsb: tx-assoc: {e}"))?;
+            psp::tx_assoc(b_dev, s.as_fd(), VERSION_GCM_128, &ka).map_err(|e| format!("nsb: tx-assoc: {e}"))?;
             go_rx.recv_timeout(T).map_err(|_| "the receiver never associated")?;
             set_int(&s, libc::SOL_SOCKET, SO_ZEROCOPY, 1)?;
             s.set_write_timeout(Some(STALL)).map_err(|e| format!("SO_SNDTIMEO: {e}"))?;

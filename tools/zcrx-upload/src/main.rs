@@ -443,12 +443,15 @@ async fn run(o: Opts) -> Result<(), String> {
     // of that half (the kernel doubles SO_RCVBUF), so that a few bulk or
     // out-of-order peers cannot hold the whole area and stall the rest.
     let max_conns = o.max_conns.unwrap_or((o.area_mib / 4).max(1));
-    let rcvbuf = (area / 4 / max_conns).max(64 << 10);
+    // (an int in the kernel)
+    let rcvbuf = (area / 4 / max_conns).clamp(64 << 10, i32::MAX as usize / 2);
     let addr = SocketAddr::new(o.listen, o.port);
     let sock = if addr.is_ipv6() { TcpSocket::new_v6() } else { TcpSocket::new_v4() }.map_err(|e| format!("socket: {e}"))?;
     sock.set_reuseaddr(true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
     // accepted sockets inherit it, the window scale included
     sock.set_recv_buffer_size(rcvbuf as u32).map_err(|e| format!("SO_RCVBUF: {e}"))?;
+    // what the kernel granted: net.core.rmem_max caps it (it reports double)
+    let granted = sock.recv_buffer_size().map_err(|e| format!("SO_RCVBUF: {e}"))? as usize / 2;
     sock.bind(addr).map_err(|e| format!("listen on {addr}: {e}"))?;
     let listener = sock.listen(1024).map_err(|e| format!("listen on {addr}: {e}"))?;
     let srv = Arc::new(Server {
@@ -463,10 +466,11 @@ async fn run(o: Opts) -> Result<(), String> {
         finished: tokio::sync::Notify::new(),
         conns: AtomicUsize::new(0),
     });
+    let capped = if granted < rcvbuf { format!(" (asked for {} KiB: net.core.rmem_max caps it)", rcvbuf >> 10) } else { String::new() };
     println!(
-        "listening on {addr}, bodies {source} into {}; at most {max_conns} connections, SO_RCVBUF {} KiB each",
+        "listening on {addr}, bodies {source} into {}; at most {max_conns} connections, SO_RCVBUF {} KiB each{capped}",
         o.dir.display(),
-        rcvbuf >> 10
+        granted >> 10
     );
     let mut tasks = tokio::task::JoinSet::new();
     loop {

@@ -100,6 +100,12 @@ fn dump_part(mut buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<boo
             continue;
         }
         match u16::from_ne_bytes([msg[4], msg[5]]) {
+            // its payload: the dump's own error, 0 if it ended well (a
+            // callback that failed part way reports here)
+            NLMSG_DONE if msg.len() >= 20 && u32_at(msg, 16) != 0 => {
+                let err = u32_at(msg, 16) as i32;
+                return Err(io::Error::from_raw_os_error(-err));
+            }
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
                 // an error ends the dump; reply_of() decodes it (with the
@@ -331,6 +337,9 @@ mod tests {
         assert_eq!(out, vec![vec![1, 1, 0, 0], vec![2, 1, 0, 0]]);
         assert!(dump_part(&msg(NLMSG_DONE, 4, &[0u8; 4]), 4, &mut out).unwrap());
         assert_eq!(out.len(), 2);
+        // a dump that failed part way says so in its DONE
+        let e = dump_part(&msg(NLMSG_DONE, 4, &(-libc::EMSGSIZE).to_ne_bytes()), 4, &mut out).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE));
         let mut e = (-libc::EPERM).to_ne_bytes().to_vec();
         e.extend_from_slice(&[0u8; 16]);
         assert_eq!(dump_part(&msg(NLMSG_ERROR, 4, &e), 4, &mut out).unwrap_err().raw_os_error(), Some(libc::EPERM));

@@ -21,6 +21,8 @@ const PSP_A_DEV_ID: u16 = 1;
 const PSP_A_DEV_IFINDEX: u16 = 2;
 const PSP_A_DEV_PSP_VERSIONS_CAP: u16 = 3;
 const PSP_A_DEV_PSP_VERSIONS_ENA: u16 = 4;
+const PSP_A_DEV_BY_ASSOCIATION: u16 = 7;
+const PSP_A_ASSOC_DEV_ID: u16 = 1;
 const PSP_A_ASSOC_VERSION: u16 = 2;
 const PSP_A_ASSOC_RX_KEY: u16 = 3;
 const PSP_A_ASSOC_TX_KEY: u16 = 4;
@@ -48,6 +50,9 @@ pub struct Dev {
     pub versions_cap: u32,
     /// ... and enabled.
     pub versions_ena: u32,
+    /// A device of another network namespace, seen here by association
+    /// (`ifindex` is of that namespace).
+    pub foreign: bool,
 }
 
 /// One direction's key of an association: what `rx-assoc` hands out and
@@ -93,18 +98,20 @@ fn open() -> io::Result<(Genl, u16)> {
 }
 
 fn parse_dev(msg: &[u8]) -> Option<Dev> {
-    let (mut id, mut ifindex, mut cap, mut ena) = (None, None, 0, 0);
+    let (mut id, mut ifindex, mut cap, mut ena, mut foreign) = (None, None, 0, 0, false);
     for_each_attr(msg.get(4..)?, |t, p| match t {
+        PSP_A_DEV_BY_ASSOCIATION => foreign = true,
         PSP_A_DEV_ID => id = u32_of(p),
         PSP_A_DEV_IFINDEX => ifindex = u32_of(p),
         PSP_A_DEV_PSP_VERSIONS_CAP => cap = u32_of(p).unwrap_or(0),
         PSP_A_DEV_PSP_VERSIONS_ENA => ena = u32_of(p).unwrap_or(0),
         _ => {}
     });
-    Some(Dev { id: id?, ifindex: ifindex?, versions_cap: cap, versions_ena: ena })
+    Some(Dev { id: id?, ifindex: ifindex?, versions_cap: cap, versions_ena: ena, foreign })
 }
 
-/// The PSP devices of the caller's network namespace (`dev-get` dump).
+/// The PSP devices the caller's network namespace sees (`dev-get` dump),
+/// those of other namespaces associated with it included (`foreign`).
 pub fn devices() -> io::Result<Vec<Dev>> {
     let (mut g, fam) = open()?;
     Ok(g.dump(fam, PSP_CMD_DEV_GET, &[])?.iter().filter_map(|m| parse_dev(m)).collect())
@@ -114,7 +121,7 @@ pub fn devices() -> io::Result<Vec<Dev>> {
 pub fn device_of(ifindex: u32) -> io::Result<Dev> {
     devices()?
         .into_iter()
-        .find(|d| d.ifindex == ifindex)
+        .find(|d| d.ifindex == ifindex && !d.foreign)
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("ifindex {ifindex} has no PSP device")))
 }
 
@@ -128,20 +135,22 @@ pub fn enable(id: u32, versions: u32) -> io::Result<()> {
     g.request(fam, PSP_CMD_DEV_SET, &a).map(|_| ())
 }
 
-fn assoc_attrs(sock: BorrowedFd<'_>, version: u32) -> Vec<u8> {
+fn assoc_attrs(dev: u32, sock: BorrowedFd<'_>, version: u32) -> Vec<u8> {
     let mut a = Vec::new();
+    attr(&mut a, PSP_A_ASSOC_DEV_ID, &dev.to_ne_bytes());
     attr(&mut a, PSP_A_ASSOC_VERSION, &version.to_ne_bytes());
     attr(&mut a, PSP_A_ASSOC_SOCK_FD, &(sock.as_raw_fd() as u32).to_ne_bytes());
     a
 }
 
 /// Gives the connected TCP socket `sock` a receive association of
-/// `version` on the device its route leaves by: from now on it accepts
-/// only packets that device decrypted (once the peer sends with PSP).
-/// Returns the key the peer must transmit with.
-pub fn rx_assoc(sock: BorrowedFd<'_>, version: u32) -> io::Result<Key> {
+/// `version` on PSP device `dev` (the one its route leaves by; the kernel
+/// refuses another): from now on it accepts only packets that device
+/// decrypted (once the peer sends with PSP). Returns the key the peer
+/// must transmit with.
+pub fn rx_assoc(dev: u32, sock: BorrowedFd<'_>, version: u32) -> io::Result<Key> {
     let (mut g, fam) = open()?;
-    let reply = g.request(fam, PSP_CMD_RX_ASSOC, &assoc_attrs(sock, version))?;
+    let reply = g.request(fam, PSP_CMD_RX_ASSOC, &assoc_attrs(dev, sock, version))?;
     let mut key = None;
     for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
         if t == PSP_A_ASSOC_RX_KEY {
@@ -159,11 +168,12 @@ pub fn rx_assoc(sock: BorrowedFd<'_>, version: u32) -> io::Result<Key> {
     key.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "rx-assoc reply without a key"))
 }
 
-/// Gives `sock` a transmit association of `version` with the peer's
-/// receive key `key`: from now on its segments leave PSP-encapsulated.
-pub fn tx_assoc(sock: BorrowedFd<'_>, version: u32, key: &Key) -> io::Result<()> {
+/// Gives `sock` a transmit association of `version` on device `dev` with
+/// the peer's receive key `key`: from now on its segments leave
+/// PSP-encapsulated.
+pub fn tx_assoc(dev: u32, sock: BorrowedFd<'_>, version: u32, key: &Key) -> io::Result<()> {
     let (mut g, fam) = open()?;
-    let mut a = assoc_attrs(sock, version);
+    let mut a = assoc_attrs(dev, sock, version);
     let mut k = Vec::new();
     attr(&mut k, PSP_A_KEYS_KEY, &key.key);
     attr(&mut k, PSP_A_KEYS_SPI, &key.spi.to_ne_bytes());
@@ -201,8 +211,10 @@ mod tests {
         attr(&mut m, PSP_A_DEV_ID, &3u32.to_ne_bytes());
         attr(&mut m, PSP_A_DEV_IFINDEX, &7u32.to_ne_bytes());
         attr(&mut m, PSP_A_DEV_PSP_VERSIONS_CAP, &15u32.to_ne_bytes());
-        assert_eq!(parse_dev(&m), Some(Dev { id: 3, ifindex: 7, versions_cap: 15, versions_ena: 0 }));
+        assert_eq!(parse_dev(&m), Some(Dev { id: 3, ifindex: 7, versions_cap: 15, versions_ena: 0, foreign: false }));
         assert_eq!(parse_dev(&m[..4]), None);
+        attr(&mut m, PSP_A_DEV_BY_ASSOCIATION, &[]);
+        assert!(parse_dev(&m).unwrap().foreign);
     }
 
     #[test]
