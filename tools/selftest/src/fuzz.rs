@@ -267,15 +267,7 @@ fn worker(sh: Arc<Shared>, seed: u64, id: u64) -> Result<(Tally, Vec<Ctx>), Stri
                     let r = c.z.recv(fd, &mut recs, flags);
                     t.note("recv", &r);
                     if let Ok(g) = &r {
-                        sh.bytes.fetch_add(g.bytes, Ordering::Relaxed);
-                        for rec in &recs[..g.records] {
-                            // The bytes are readable (and in the area).
-                            let _ = c.z.data(rec).first();
-                            if rec.flags & ZCRX_RS_REC_COPY == 0 {
-                                sh.zc_bytes.fetch_add(u64::from(rec.len), Ordering::Relaxed);
-                            }
-                        }
-                        c.held.extend_from_slice(&recs[..g.records]);
+                        take(&sh, c, &recs[..g.records], g.bytes);
                     }
                 } else {
                     let recs = rng.pick(&[0u64, ro.addr(), 0xdead_beef_0000_0000, scratch.addr()]);
@@ -460,15 +452,21 @@ fn steady_step(sh: &Shared, steady: &mut Option<Ctx>, t: &mut Tally, rng: &mut R
     let r = c.z.recv(sock.as_raw_fd(), &mut recs, ZCRX_RS_RECV_DONTWAIT);
     t.note("steady_recv", &r);
     if let Ok(g) = &r {
-        sh.bytes.fetch_add(g.bytes, Ordering::Relaxed);
-        for rec in &recs[..g.records] {
-            let _ = c.z.data(rec).first();
-            if rec.flags & ZCRX_RS_REC_COPY == 0 {
-                sh.zc_bytes.fetch_add(u64::from(rec.len), Ordering::Relaxed);
-            }
-        }
-        c.held.extend_from_slice(&recs[..g.records]);
+        take(sh, c, &recs[..g.records], g.bytes);
     }
+}
+
+/// Counts what a receive of `bytes` in `recs` got, touches the bytes (they
+/// are readable, and in the area) and keeps the records, held, in `c`.
+fn take(sh: &Shared, c: &mut Ctx, recs: &[Rec], bytes: u64) {
+    sh.bytes.fetch_add(bytes, Ordering::Relaxed);
+    for rec in recs {
+        let _ = c.z.data(rec).first();
+        if rec.flags & ZCRX_RS_REC_COPY == 0 {
+            sh.zc_bytes.fetch_add(u64::from(rec.len), Ordering::Relaxed);
+        }
+    }
+    c.held.extend_from_slice(recs);
 }
 
 /// Takes `c`'s ring out of the shared list before it may be unmapped.

@@ -84,11 +84,14 @@ pub(crate) fn for_each_attr(mut buf: &[u8], mut f: impl FnMut(u16, &[u8])) {
     }
 }
 
-/// The messages of dump `seq` in `buf` (one datagram), appended to `out`
-/// (each one's payload: the generic netlink header and the attributes);
-/// `true` once its `NLMSG_DONE` came, the error of an `NLMSG_ERROR`.
-fn dump_part(mut buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<bool> {
-    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// The netlink messages answering request `seq` in `buf` (one datagram),
+/// whole (header included), in order; an error if one is truncated.
+fn messages_of(mut buf: &[u8], seq: u32) -> io::Result<Vec<&[u8]>> {
+    let mut v = Vec::new();
     while buf.len() >= 16 {
         let len = u32_at(buf, 0) as usize;
         if len < 16 || len > buf.len() {
@@ -96,9 +99,18 @@ fn dump_part(mut buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<boo
         }
         let msg = &buf[..len];
         buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-        if u32_at(msg, 8) != seq {
-            continue;
+        if u32_at(msg, 8) == seq {
+            v.push(msg);
         }
+    }
+    Ok(v)
+}
+
+/// The messages of dump `seq` in `buf` (one datagram), appended to `out`
+/// (each one's payload: the generic netlink header and the attributes);
+/// `true` once its `NLMSG_DONE` came, the error of an `NLMSG_ERROR`.
+fn dump_part(buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<bool> {
+    for msg in messages_of(buf, seq)? {
         match u16::from_ne_bytes([msg[4], msg[5]]) {
             // its payload: the dump's own error, 0 if it ended well (a
             // callback that failed part way reports here)
@@ -123,18 +135,8 @@ fn dump_part(mut buf: &[u8], seq: u32, out: &mut Vec<Vec<u8>>) -> io::Result<boo
 /// datagram): `Some(payload)` for its reply or a zero acknowledgement
 /// (empty), the error of an `NLMSG_ERROR`, `None` if the datagram has
 /// only messages of other requests.
-fn reply_of(mut buf: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
-    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    while buf.len() >= 16 {
-        let len = u32_at(buf, 0) as usize;
-        if len < 16 || len > buf.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
-        }
-        let msg = &buf[..len];
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-        if u32_at(msg, 8) != seq {
-            continue;
-        }
+fn reply_of(buf: &[u8], seq: u32) -> io::Result<Option<Vec<u8>>> {
+    if let Some(msg) = messages_of(buf, seq)?.into_iter().next() {
         if u16::from_ne_bytes([msg[4], msg[5]]) != NLMSG_ERROR {
             return Ok(Some(msg[16..].to_vec()));
         }
