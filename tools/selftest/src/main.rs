@@ -52,6 +52,7 @@ mod soak;
 mod stream;
 mod takeover;
 mod teardown;
+mod trace;
 mod tunnel;
 mod ulp;
 mod urgent;
@@ -79,6 +80,9 @@ pub struct Env {
     pub fuzz_net_seconds: u64,
     /// Its seed (`--fuzz-net-seed`; default: from the clock).
     pub fuzz_net_seed: Option<u64>,
+    /// Fewest frames `fuzz_remote` must send of every packet class
+    /// (`--fuzz-net-min-per-class`; default 0: any count passes).
+    pub fuzz_net_min_per_class: u64,
     /// How long `soak_streams_restarts_rebinds` runs (`--soak-seconds`; 0:
     /// it skips).
     pub soak_seconds: u64,
@@ -139,7 +143,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v
 }
 
-const USAGE: &str = "usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--soak-seconds S] [--exclude TEST[,TEST...]] [--list] [--fail-fast] [TEST...]";
+const USAGE: &str = "usage: zcrx-selftest --module PATH/zcrx_rs.ko [--big-stream BYTES] [--scale-down N] [--fuzz-seconds S] [--fuzz-seed N] [--fuzz-net-seconds S] [--fuzz-net-seed N] [--fuzz-net-min-per-class N] [--soak-seconds S] [--exclude TEST[,TEST...]] [--list] [--fail-fast] [TEST...]";
 
 fn usage() -> ! {
     eprintln!("{USAGE}");
@@ -160,6 +164,7 @@ struct Args {
     soak_seconds: u64,
     fuzz_net_seconds: u64,
     fuzz_net_seed: Option<u64>,
+    fuzz_net_min_per_class: u64,
 }
 
 fn parse_args(p: &mut lexopt::Parser) -> Result<Args, lexopt::Error> {
@@ -177,6 +182,7 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Args, lexopt::Error> {
         soak_seconds: 0,
         fuzz_net_seconds: 10,
         fuzz_net_seed: None,
+        fuzz_net_min_per_class: 0,
     };
     let above_0 = |v: &str| v.parse::<u64>().ok().filter(|&n| n > 0).ok_or("want a number above 0");
     // the option being handled, for errors about its value
@@ -192,6 +198,7 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Args, lexopt::Error> {
                 Long("fuzz-seed") => a.fuzz_seed = Some(p.value()?.parse()?),
                 Long("fuzz-net-seconds") => a.fuzz_net_seconds = p.value()?.parse_with(above_0)?,
                 Long("fuzz-net-seed") => a.fuzz_net_seed = Some(p.value()?.parse()?),
+                Long("fuzz-net-min-per-class") => a.fuzz_net_min_per_class = p.value()?.parse()?,
                 Long("soak-seconds") => a.soak_seconds = p.value()?.parse()?,
                 Long("exclude") => a.exclude.extend(p.value()?.string()?.split(',').map(str::to_string)),
                 Long("list") => a.list = true,
@@ -292,6 +299,7 @@ fn main() {
         soak_seconds,
         fuzz_net_seconds,
         fuzz_net_seed,
+        fuzz_net_min_per_class,
     } = cliopt::parse("zcrx-selftest", parse_args);
     let all = all_tests();
     // A name that matches no test is a typo that would run (or leave out)
@@ -309,7 +317,17 @@ fn main() {
         return;
     }
     let Some(module) = module else { usage() };
-    let env = Env { module, big_stream, scale_down, fuzz_seconds, fuzz_seed, fuzz_net_seconds, fuzz_net_seed, soak_seconds };
+    let env = Env {
+        module,
+        big_stream,
+        scale_down,
+        fuzz_seconds,
+        fuzz_seed,
+        fuzz_net_seconds,
+        fuzz_net_seed,
+        fuzz_net_min_per_class,
+        soak_seconds,
+    };
 
     // kmemleak (the debug kernel): a scan after every KMEMLEAK_GROUP tests
     // and one at the end, each a result of its own, so a leak is reported

@@ -168,13 +168,7 @@ struct Probes {
 
 impl Probes {
     fn new() -> (Probes, Vec<String>) {
-        let mut dir = "/sys/kernel/tracing".to_string();
-        if !std::path::Path::new(&format!("{dir}/kprobe_events")).exists() {
-            let _ = run("mount", &["-t", "tracefs", "nodev", &dir], "");
-        }
-        if !std::path::Path::new(&format!("{dir}/kprobe_events")).exists() {
-            dir = "/sys/kernel/debug/tracing".into();
-        }
+        let dir = crate::trace::root().unwrap_or_else(|_| "/sys/kernel/tracing".into());
         let mut p = Probes { dir, names: Vec::new() };
         let mut missing = Vec::new();
         for f in PROBES {
@@ -278,6 +272,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let before = tryo!(n.stats(1, 0));
     let refused0 = tryo!(crate::forward::tx_refused());
     let snmp0 = tryo!(pkt::Snmp::read(NS_A));
+    let unverifiable = tryo!(crate::trace::DropWatch::new(crate::signed::UNREADABLE));
 
     let stop = Arc::new(AtomicBool::new(false));
     let (vl_tx, vl_rx) = std::sync::mpsc::channel::<TcpListener>();
@@ -364,6 +359,7 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let snmp = tryo!(snmp);
     let xfrm_err = tryo!(snmp.since(&snmp0, "XfrmInStateProtoError"));
     let (md5_bad, ao_bad) = (tryo!(snmp.since(&snmp0, "TcpExt:TCPMD5Failure")), tryo!(snmp.since(&snmp0, "TcpExt:TCPAOBad")));
+    let unverifiable = tryo!(unverifiable.count());
     let total: u64 = sent.values().sum();
     env.diag(&format!(
         "attacker: {total} sent (frames; for mptcp and ktls also writes of the attacker's own stack, one each: \
@@ -377,6 +373,13 @@ fn fuzz_remote(env: &Env) -> Outcome {
         .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
         .collect();
     env.diag(&format!("classes sent fewer than 1000 times: {}", if few.is_empty() { "none".to_string() } else { few.join(", ") }));
+    // `make fuzz-net`'s long runs: a class sent too rarely tested nothing.
+    let min = env.fuzz_net_min_per_class;
+    let rare: Vec<String> =
+        CLASSES.iter().map(|c| (c, sent.get(c).copied().unwrap_or(0))).filter(|(_, n)| *n < min).map(|(c, n)| format!("{c} {n}")).collect();
+    if !rare.is_empty() {
+        return Fail(format!("classes sent fewer than --fuzz-net-min-per-class {min} times: {}", rare.join(", ")));
+    }
     env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \
@@ -453,13 +456,17 @@ fn fuzz_remote(env: &Env) -> Outcome {
     if refused != 0 {
         return Fail(format!("the core handed netdevsim {refused} skbs of provider rx buffers to transmit"));
     }
-    env.diag(&format!("signed segments dropped by the victim: TCPMD5Failure {md5_bad}, TCPAOBad {ao_bad}"));
+    env.diag(&format!(
+        "signed segments dropped by the victim: TCPMD5Failure {md5_bad}, TCPAOBad {ao_bad}, \
+         payload unreadable ({}) {unverifiable}",
+        crate::signed::UNREADABLE
+    ));
     env.diag(&format!("ESP packets dropped by the victim: XfrmInStateProtoError {xfrm_err}"));
     let esp_sent: u64 = ["esp", "esp_tunnel", "esp_udp"].iter().map(|c| sent.get(c).copied().unwrap_or(0)).sum();
     if esp_sent > 0 && xfrm_err == 0 {
         return Fail("ESP packets were sent, but none was dropped as malformed or unreadable".into());
     }
-    if sent.get("signed").copied().unwrap_or(0) > 0 && md5_bad + ao_bad == 0 {
+    if sent.get("signed").copied().unwrap_or(0) > 0 && md5_bad + ao_bad + unverifiable == 0 {
         return Fail("signed segments were sent, but no signature was checked".into());
     }
     if v.valid_done != ids || v.valid_bytes != bytes {
