@@ -3,7 +3,8 @@
 #
 # `make fuzz-net`: the remote packet fuzzer (tools/selftest/src/remote.rs)
 # on the debug kernel (KASAN, lockdep, kmemleak): a hostile peer crafts
-# frames against a host whose netdevsim queue has zcrx-rs bound, while
+# frames against a host whose netdevsim queue has a provider bound (a
+# third of the time each: zcrx-rs, io_uring zcrx, devmem TCP), while
 # valid connections must stay byte-exact. The VM runner fails the run on
 # any kernel splat. FUZZ_NET_S seconds (default 600); FUZZ_NET_SEED
 # replays the attacker's choices (the seed is printed first);

@@ -4,13 +4,18 @@
 //! The remote packet fuzzer (`make fuzz-net`; a short run in `make check`):
 //! a hostile peer against a host whose queue has a memory provider.
 //!
-//! The victim, nsa, has netdevsim queue 0 with header split on and zcrx-rs
-//! bound, listens on two ports and forwards to nsc over a veth with a
-//! smaller MTU (the topology of `forward.rs`). From nsb:
+//! The victim, nsa, has netdevsim queue 0 with header split on and a
+//! memory provider bound: the run is split into three phases of equal
+//! length, one per provider: zcrx-rs, the in-tree io_uring zcrx
+//! (`iou_zcrx`, multishot `RECV_ZC`) and devmem TCP (a udmabuf bound with
+//! `bind-rx`, `recvmsg(MSG_SOCK_DEVMEM)`; `remote/devmem.rs`). It
+//! listens on two ports and forwards to nsc over a veth with a smaller MTU
+//! (the topology of `forward.rs`). From nsb:
 //!
 //! - valid connections, one after the other, each with data unique to it
-//!   (an 8-byte id, then the pattern seeded with that id), received with
-//!   RECV on port 7400 and checked byte for byte: none may stall or differ;
+//!   (an 8-byte id, then the pattern seeded with that id), received through
+//!   the provider on port 7400 and checked byte for byte: none may stall
+//!   or differ;
 //! - an attacker crafting frames with a packet socket. It speaks TCP from a
 //!   phantom address (192.0.2.77, 2001:db8::77: nsa reaches it through a
 //!   static neighbour entry, nsb's stack drops what comes back, the
@@ -20,8 +25,8 @@
 //!   fragments, bad checksums, link-layer padding, zero windows, FIN and
 //!   RST races; and outside any connection: random flags, and segments
 //!   the victim must forward (DF set or clear, TTL running out) while the
-//!   next link's MTU changes. The victim reads port 7401 with RECV too
-//!   (and `MSG_OOB` at marks), discarding what it gets.
+//!   next link's MTU changes. The victim reads port 7401 through the
+//!   provider too (and `MSG_OOB` at marks), discarding what it gets.
 //!
 //! Every kernel splat fails the run (the VM's log scan). The report: the
 //! seed, frames sent per class, valid connections verified (bytes, zero-
@@ -89,12 +94,13 @@ use crate::pkt::{self, Csum, Ip, Tcp, ACK, FIN, PSH, RST, SYN, URG};
 use crate::{Env, TestFn};
 
 mod attacker;
+mod devmem;
 mod ofo;
 mod victim;
 
 use attacker::Attacker;
 use ofo::{ofo_parker_cannot_stall_others, ofo_parkers_cannot_stall_others_512};
-use victim::victim_loop;
+use victim::{victim_loop, victim_loop_uring};
 
 pub const TESTS: &[(&str, TestFn)] = &[
     ("fuzz_remote", fuzz_remote),
@@ -250,6 +256,31 @@ fn valid_len(id: u64) -> u64 {
     (64 << 10) + r.below(2 << 20)
 }
 
+/// The memory provider bound to the victim's queue: the run gives each
+/// its share of the time, one after the other.
+#[derive(Clone, Copy)]
+enum Provider {
+    ZcrxRs,
+    /// The in-tree io_uring zcrx (`iou_zcrx`): one instance on queue 0, a
+    /// multishot `RECV_ZC` per accepted connection.
+    IoUring,
+    /// devmem TCP (`devmem.rs`): a udmabuf bound to queue 0 with
+    /// `bind-rx`, `recvmsg(MSG_SOCK_DEVMEM)`.
+    Devmem,
+}
+
+impl Provider {
+    const ALL: [Provider; 3] = [Provider::ZcrxRs, Provider::IoUring, Provider::Devmem];
+
+    fn name(self) -> &'static str {
+        match self {
+            Provider::ZcrxRs => "zcrx-rs",
+            Provider::IoUring => "io_uring zcrx",
+            Provider::Devmem => "devmem TCP",
+        }
+    }
+}
+
 fn fuzz_remote(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let secs = env.fuzz_net_seconds;
@@ -257,6 +288,41 @@ fn fuzz_remote(env: &Env) -> Outcome {
         .fuzz_net_seed
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1));
     env.diag(&format!("fuzz_remote: seed {seed}, {secs} s (--fuzz-net-seed {seed} replays the attacker's choices)"));
+    let k = Provider::ALL.len() as u64;
+    let mut sent = BTreeMap::new();
+    for (i, prov) in Provider::ALL.into_iter().enumerate() {
+        let s = (secs / k).max(5);
+        env.diag(&format!("phase {}/{k}: {} bound to netdevsim queue 0, {s} s", i + 1, prov.name()));
+        match fuzz_phase(env, prov, s, seed ^ i as u64, &mut sent) {
+            Pass => {}
+            Fail(e) => return Fail(format!("{}: {e}", prov.name())),
+            o => return o,
+        }
+    }
+    // `make fuzz-net`'s bar: every class sent at least 1000 times.
+    let few: Vec<String> = CLASSES
+        .iter()
+        .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
+        .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
+        .collect();
+    env.diag(&format!(
+        "all phases: {} frames sent; classes sent fewer than 1000 times: {}",
+        sent.values().sum::<u64>(),
+        if few.is_empty() { "none".to_string() } else { few.join(", ") }
+    ));
+    // `make fuzz-net`'s long runs: a class sent too rarely tested nothing.
+    let min = env.fuzz_net_min_per_class;
+    let rare: Vec<String> =
+        CLASSES.iter().map(|c| (c, sent.get(c).copied().unwrap_or(0))).filter(|(_, n)| *n < min).map(|(c, n)| format!("{c} {n}")).collect();
+    if !rare.is_empty() {
+        return Fail(format!("classes sent fewer than --fuzz-net-min-per-class {min} times: {}", rare.join(", ")));
+    }
+    Pass
+}
+
+/// One phase of [`fuzz_remote`]: `prov` bound, `secs` seconds; adds the
+/// frames sent per class to `sent_all`.
+fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BTreeMap<&'static str, u64>) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     let router = tryo!(Router::up());
@@ -277,12 +343,40 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let stop = Arc::new(AtomicBool::new(false));
     let (vl_tx, vl_rx) = std::sync::mpsc::channel::<TcpListener>();
     let stop_v = stop.clone();
-    let victim = with_receiver(n.a_idx, 0, 64 << 20, GARBAGE_PORT, true, move |z, garbage| {
-        let valid = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, VALID_PORT)).map_err(|e| format!("listen: {e}"))?;
-        let _signed = signed_listeners()?;
-        let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
-        victim_loop(z, valid, garbage, &stop_v)
-    });
+    let victim = match prov {
+        Provider::ZcrxRs => with_receiver(n.a_idx, 0, 64 << 20, GARBAGE_PORT, true, move |z, garbage| {
+            let valid = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, VALID_PORT)).map_err(|e| format!("listen: {e}"))?;
+            let _signed = signed_listeners()?;
+            let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+            victim_loop(&mut victim::ZcrxRx { z, recs: vec![Rec::default(); 128] }, valid, garbage, &stop_v)
+        }),
+        Provider::Devmem => {
+            let a_idx = n.a_idx;
+            in_netns(NS_A, move || {
+                let mut rx = devmem::DevmemRx::new(a_idx, 0, 64 << 20)?;
+                let listen =
+                    |port| TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen on {port}: {e}"));
+                let (valid, garbage) = (listen(VALID_PORT)?, listen(GARBAGE_PORT)?);
+                let _signed = signed_listeners()?;
+                let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+                victim_loop(&mut rx, valid, garbage, &stop_v)
+            })
+        }
+        Provider::IoUring => {
+            let a_idx = n.a_idx;
+            in_netns(NS_A, move || {
+                // 64 MiB of 4 KiB buffers, a refill entry for each.
+                let mut ring = iou_zcrx::ZcrxRing::new(a_idx, &[0], 64 << 20, 16384, 0, false)
+                    .map_err(|e| format!("io_uring zcrx on queue 0: {e}"))?;
+                let listen =
+                    |port| TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen on {port}: {e}"));
+                let (valid, garbage) = (listen(VALID_PORT)?, listen(GARBAGE_PORT)?);
+                let _signed = signed_listeners()?;
+                let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+                victim_loop_uring(&mut ring, valid, garbage, &stop_v)
+            })
+        }
+    };
     // The valid listener is up once its clone arrives.
     let Ok(_valid_listener) = vl_rx.recv_timeout(Duration::from_secs(60)) else {
         return Fail(join(victim).err().unwrap_or_else(|| "victim did not listen".into()));
@@ -351,6 +445,9 @@ fn fuzz_remote(env: &Env) -> Outcome {
     let refused = crate::forward::tx_refused().map(|r| r - refused0);
     let snmp = pkt::Snmp::read(NS_A);
     let (sent, events) = tryo!(att);
+    for (c, k) in &sent {
+        *sent_all.entry(*c).or_default() += k;
+    }
     let (ids, bytes, paths) = tryo!(snd);
     let v = tryo!(vic);
     let ulp = tryo!(ulp);
@@ -366,20 +463,6 @@ fn fuzz_remote(env: &Env) -> Outcome {
          up to 1400 bytes with TCP_NODELAY, about a segment): {}",
         sent.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
     ));
-    // `make fuzz-net`'s bar: every class sent at least 1000 times.
-    let few: Vec<String> = CLASSES
-        .iter()
-        .filter(|c| sent.get(*c).copied().unwrap_or(0) < 1000)
-        .map(|c| format!("{c} {}", sent.get(c).copied().unwrap_or(0)))
-        .collect();
-    env.diag(&format!("classes sent fewer than 1000 times: {}", if few.is_empty() { "none".to_string() } else { few.join(", ") }));
-    // `make fuzz-net`'s long runs: a class sent too rarely tested nothing.
-    let min = env.fuzz_net_min_per_class;
-    let rare: Vec<String> =
-        CLASSES.iter().map(|c| (c, sent.get(c).copied().unwrap_or(0))).filter(|(_, n)| *n < min).map(|(c, n)| format!("{c} {n}")).collect();
-    if !rare.is_empty() {
-        return Fail(format!("classes sent fewer than --fuzz-net-min-per-class {min} times: {}", rare.join(", ")));
-    }
     env.diag(&format!("attacker events: {}", events.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")));
     env.diag(&format!(
         "valid: {} of {ids} connections byte-exact ({} of {}), zero-copy {} copied {} (all connections); \

@@ -41,7 +41,8 @@ mod client;
 mod clocks;
 mod multi;
 mod report;
-mod uring;
+
+use iou_zcrx as uring;
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
@@ -601,6 +602,8 @@ fn insn_mark() {
 
 fn main() {
     let o = parse();
+    // io_uring's waits count as time inside receive calls (--split).
+    uring::set_enter_hook(|f| in_call(f));
     if o.server {
         server(&o)
     } else {

@@ -4,8 +4,9 @@
 //! The netdev generic netlink family (`<linux/netdev.h>`), as much as a
 //! receiver needs to tell its connections apart by rx queue: the NAPI
 //! instance of each queue (`queue-get`), to match against a socket's
-//! `SO_INCOMING_NAPI_ID`; and `bind-tx`, which lets a socket transmit
-//! from a dma-buf (devmem TX).
+//! `SO_INCOMING_NAPI_ID`; `bind-tx`, which lets a socket transmit from a
+//! dma-buf (devmem TX); and `bind-rx`, which makes a dma-buf the memory
+//! provider of rx queues (devmem TCP).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -18,8 +19,11 @@ const NETDEV_A_QUEUE_IFINDEX: u16 = 2;
 const NETDEV_A_QUEUE_TYPE: u16 = 3;
 const NETDEV_A_QUEUE_NAPI_ID: u16 = 4;
 const NETDEV_QUEUE_TYPE_RX: u32 = 0;
+const NETDEV_CMD_BIND_RX: u8 = 13;
 const NETDEV_CMD_BIND_TX: u8 = 15;
 const NETDEV_A_DMABUF_IFINDEX: u16 = 1;
+const NETDEV_A_DMABUF_QUEUES: u16 = 2;
+const NLA_F_NESTED: u16 = 0x8000;
 const NETDEV_A_DMABUF_FD: u16 = 3;
 const NETDEV_A_DMABUF_ID: u16 = 4;
 
@@ -85,6 +89,46 @@ pub fn bind_tx(ifindex: u32, dmabuf: BorrowedFd<'_>) -> io::Result<TxBinding> {
     });
     let id = id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bind-tx reply without an id"))?;
     Ok(TxBinding { _sock: g, id })
+}
+
+/// A dma-buf bound as the memory provider of rx queues (`bind-rx`), for
+/// as long as this lives (the netlink socket that asked for it).
+pub struct RxBinding {
+    _sock: Genl,
+    id: u32,
+}
+
+impl RxBinding {
+    /// The binding's id (`dmabuf_id` of `SCM_DEVMEM_DMABUF` messages).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Binds `dmabuf` to rx queues `queues` of device `ifindex` (in the
+/// caller's network namespace; needs `CAP_NET_ADMIN`, header split on and
+/// a device with the queue API, else the kernel's errno and message).
+pub fn bind_rx(ifindex: u32, queues: &[u32], dmabuf: BorrowedFd<'_>) -> io::Result<RxBinding> {
+    let mut g = Genl::open()?;
+    let fam = g.family_id("netdev")?;
+    let mut a = Vec::new();
+    attr(&mut a, NETDEV_A_DMABUF_IFINDEX, &ifindex.to_ne_bytes());
+    for q in queues {
+        let mut nest = Vec::new();
+        attr(&mut nest, NETDEV_A_QUEUE_ID, &q.to_ne_bytes());
+        attr(&mut nest, NETDEV_A_QUEUE_TYPE, &NETDEV_QUEUE_TYPE_RX.to_ne_bytes());
+        attr(&mut a, NETDEV_A_DMABUF_QUEUES | NLA_F_NESTED, &nest);
+    }
+    attr(&mut a, NETDEV_A_DMABUF_FD, &(dmabuf.as_raw_fd() as u32).to_ne_bytes());
+    let reply = g.request(fam, NETDEV_CMD_BIND_RX, &a)?;
+    let mut id = None;
+    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
+        if t == NETDEV_A_DMABUF_ID && p.len() >= 4 {
+            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
+        }
+    });
+    let id = id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bind-rx reply without an id"))?;
+    Ok(RxBinding { _sock: g, id })
 }
 
 #[cfg(test)]

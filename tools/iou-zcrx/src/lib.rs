@@ -7,11 +7,32 @@
 //! connection on the instance of the queue its packets arrive on.
 //! The uAPI comes from the kernel's own header (`io_uring_sys.rs`, generated
 //! by scripts/gen-uapi.sh from the test kernel's installed headers).
+//! Used by zcrx-bench (the io_uring mode) and zcrx-selftest (io_uring zcrx
+//! as the fuzzed host's provider).
 
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// A wrapper every `io_uring_enter` call goes through (zcrx-bench's
+/// `--split` clock).
+pub type EnterHook = fn(&mut dyn FnMut() -> libc::c_long) -> libc::c_long;
+
+static ENTER_HOOK: OnceLock<EnterHook> = OnceLock::new();
+
+/// Routes every `io_uring_enter` of this process through `hook` (once; a
+/// second call is ignored).
+pub fn set_enter_hook(hook: EnterHook) {
+    let _ = ENTER_HOOK.set(hook);
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
 
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, non_snake_case, clippy::all)]
 mod sys {
@@ -205,7 +226,7 @@ impl ZcrxRing {
             .map_err(|e| io::Error::new(e.kind(), format!("rx queue {rxq}: {e}")))?;
             // The kernel writes back the size it took; an older one may not.
             ring.buf_size = match reg.rx_buf_len {
-                0 if rx_buf_len == 0 => zcrx::dev::page_size(),
+                0 if rx_buf_len == 0 => page_size(),
                 0 => rx_buf_len as usize,
                 n => n as usize,
             };
@@ -254,10 +275,45 @@ impl ZcrxRing {
     }
 
     fn enter(&self, submit: u32, wait: u32) -> io::Result<()> {
-        let flags = if wait > 0 { IORING_ENTER_GETEVENTS } else { 0 };
-        // SAFETY: plain io_uring_enter on our ring.
-        cvt(crate::in_call(|| unsafe { libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, ptr::null::<u8>(), 0usize) }))
-            .map(|_| ())
+        self.enter_timeout(submit, wait, None)
+    }
+
+    /// `io_uring_enter`, waiting for `wait` completions at most `timeout`
+    /// (`ETIME` then).
+    fn enter_timeout(&self, submit: u32, wait: u32, timeout: Option<Duration>) -> io::Result<()> {
+        let mut flags = if wait > 0 { IORING_ENTER_GETEVENTS } else { 0 };
+        let ts = timeout.map(|t| __kernel_timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos().into() });
+        let arg = ts.as_ref().map(|ts| io_uring_getevents_arg { ts: ts as *const _ as u64, ..Default::default() });
+        let (argp, argsz) = match &arg {
+            Some(a) => {
+                flags |= IORING_ENTER_EXT_ARG;
+                (a as *const io_uring_getevents_arg as *const u8, std::mem::size_of::<io_uring_getevents_arg>())
+            }
+            None => (ptr::null::<u8>(), 0usize),
+        };
+        // SAFETY: plain io_uring_enter on our ring; `arg` and `ts` outlive
+        // the call.
+        let mut call = || unsafe { libc::syscall(libc::SYS_io_uring_enter, self.fd, submit, wait, flags, argp, argsz) };
+        cvt(match ENTER_HOOK.get() {
+            Some(h) => h(&mut call),
+            None => call(),
+        })
+        .map(|_| ())
+    }
+
+    /// [`ZcrxRing::complete_refill`], waiting at most `timeout` for a
+    /// completion: `Ok(false)` if none came.
+    pub fn complete_refill_timeout(&mut self, timeout: Duration, f: impl FnMut(&Completion, &[u8])) -> io::Result<bool> {
+        if atomic(self.cq_head).load(Ordering::Relaxed) == atomic(self.cq_tail).load(Ordering::Acquire) {
+            match self.enter_timeout(0, 1, Some(timeout)) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {}
+                r => r?,
+            }
+            if atomic(self.cq_head).load(Ordering::Relaxed) == atomic(self.cq_tail).load(Ordering::Acquire) {
+                return Ok(false);
+            }
+        }
+        self.complete_refill(f).map(|()| true)
     }
 
     /// Waits for at least one completion, then handles all there are:

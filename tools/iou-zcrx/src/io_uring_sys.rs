@@ -103,12 +103,14 @@ pub const IORING_CQE_F_MORE: u32 = 2;
 pub const IORING_OFF_SQ_RING: u32 = 0;
 pub const IORING_OFF_SQES: u32 = 268435456;
 pub const IORING_ENTER_GETEVENTS: u32 = 1;
+pub const IORING_ENTER_EXT_ARG: u32 = 8;
 pub const IORING_FEAT_SINGLE_MMAP: u32 = 1;
 pub type __u8 = ::core::ffi::c_uchar;
 pub type __u16 = ::core::ffi::c_ushort;
 pub type __s32 = ::core::ffi::c_int;
 pub type __u32 = ::core::ffi::c_uint;
 pub type __u64 = ::core::ffi::c_ulonglong;
+pub type __kernel_time64_t = ::core::ffi::c_longlong;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct io_uring_zcrx_rqe {
@@ -157,6 +159,12 @@ pub struct io_uring_zcrx_ifq_reg {
     pub rx_buf_len: __u32,
     pub event_desc: __u64,
     pub __resv: [__u64; 2usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct __kernel_timespec {
+    pub tv_sec: __kernel_time64_t,
+    pub tv_nsec: ::core::ffi::c_longlong,
 }
 #[repr(C)]
 pub struct io_uring_sqe {
@@ -507,4 +515,12 @@ pub struct io_uring_region_desc {
     pub id: __u32,
     pub mmap_offset: __u64,
     pub __resv: [__u64; 4usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct io_uring_getevents_arg {
+    pub sigmask: __u64,
+    pub sigmask_sz: __u32,
+    pub min_wait_usec: __u32,
+    pub ts: __u64,
 }
