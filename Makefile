@@ -43,7 +43,7 @@ help:
 	@echo "make bench-wall    the same on two vCPUs against the host's clock (scatters +-20%)"
 	@echo "make bench-scale   cost vs write size and flows: tables, JSON and an SVG chart"
 	@echo "make fuzz          the uAPI fuzzer on the debug kernel (FUZZ_S=600, FUZZ_SEED=...)"
-	@echo "make fuzz-net      the remote packet fuzzer on the debug kernel (FUZZ_NET_S=600, FUZZ_NET_SEED=...)"
+	@echo "make fuzz-net      the remote packet fuzzer on the debug kernel (FUZZ_NET_S=600, FUZZ_NET_SEED=..., FUZZ_NET_MIN=...)"
 	@echo "make soak          long streams with queue restarts and rebinds (SOAK_S=1800, SOAK_FLAVOUR=debug)"
 	@echo "make mutants       mutation testing: each bug of scripts/mutants.txt planted in turn, the whole"
 	@echo "                   fast suite run against it; every one must be killed (MUTANTS=\"a b\" for some,"

@@ -343,6 +343,23 @@ impl ZcrxRing {
             let mut used = [0u32; MAX_IFQS];
             let mut h = head;
             while h != tail {
+                // A data completion needs a refill entry: with none left
+                // on its instance's ring, stop before it (it is handled
+                // on the next call, once the kernel has taken entries).
+                // SAFETY: CQE32 entries are 32 bytes, inside the ring, and
+                // ours until the head moves past them; a plain CQE starts
+                // each.
+                let (res, user_data) = unsafe {
+                    let c = &*(self.cqes.add(((h & self.cq_mask) * 32) as usize) as *const io_uring_cqe);
+                    (c.res, c.user_data)
+                };
+                let ifq = (user_data >> IFQ_SHIFT) as usize;
+                if res > 0 && used[ifq] == room[ifq] {
+                    if h == head {
+                        return Err(io::Error::other("io_uring zcrx refill ring full"));
+                    }
+                    break;
+                }
                 // SAFETY: CQE32 entries are 32 bytes, inside the ring, and
                 // ours until the head moves past them.
                 let cqe = unsafe { self.cqes.add(((h & self.cq_mask) * 32) as usize) };
@@ -367,9 +384,6 @@ impl ZcrxRing {
                 let q = &mut self.ifqs[c.ifq];
                 // As zcrx-rs's `Zcrx::data` does for each record.
                 assert!(c.off.checked_add(c.len as u64).is_some_and(|end| end <= q.area.len as u64), "completion outside the area");
-                if used[c.ifq] == room[c.ifq] {
-                    return Err(io::Error::other("io_uring zcrx refill ring full"));
-                }
                 used[c.ifq] += 1;
                 // SAFETY: inside this instance's area (checked above); the
                 // kernel does not write the buffer until it is given back

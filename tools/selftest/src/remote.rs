@@ -321,7 +321,8 @@ fn fuzz_remote(env: &Env) -> Outcome {
 }
 
 /// One phase of [`fuzz_remote`]: `prov` bound, `secs` seconds; adds the
-/// frames sent per class to `sent_all`.
+/// frames sent per class to `sent_all`. Every class must have been sent
+/// a third of `--fuzz-net-min-per-class` times (rounded up) in the phase.
 fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BTreeMap<&'static str, u64>) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
@@ -447,6 +448,12 @@ fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BT
     let (sent, events) = tryo!(att);
     for (c, k) in &sent {
         *sent_all.entry(*c).or_default() += k;
+    }
+    let min = env.fuzz_net_min_per_class.div_ceil(Provider::ALL.len() as u64);
+    let rare: Vec<String> =
+        CLASSES.iter().map(|c| (c, sent.get(c).copied().unwrap_or(0))).filter(|(_, n)| *n < min).map(|(c, n)| format!("{c} {n}")).collect();
+    if !rare.is_empty() {
+        return Fail(format!("classes sent fewer than {min} times in this phase: {}", rare.join(", ")));
     }
     let (ids, bytes, paths) = tryo!(snd);
     let v = tryo!(vic);

@@ -51,11 +51,16 @@ impl DropWatch {
         let fmt = std::fs::read_to_string(format!("{ev}/format")).map_err(|e| format!("kfree_skb format: {e}"))?;
         let v = reason_value(&fmt, reason).ok_or(format!("the kernel has no drop reason {reason}"))?;
         std::fs::write(format!("{ev}/filter"), format!("reason == {v}")).map_err(|e| format!("kfree_skb filter: {e}"))?;
+        // Reading `trace` must not pause recording (the default), or drops
+        // while count() reads would be lost.
+        std::fs::write(format!("{}/options/pause-on-trace", w.dir), "0").map_err(|e| format!("pause-on-trace: {e}"))?;
         std::fs::write(format!("{ev}/enable"), "1").map_err(|e| format!("enable kfree_skb: {e}"))?;
         Ok(w)
     }
 
-    /// Skbs freed with the reason so far (all namespaces).
+    /// Skbs freed with the reason so far (all namespaces; the instance's
+    /// buffer, a few MiB, holds tens of thousands of events, more than a
+    /// test drops).
     pub(crate) fn count(&self) -> Result<u64, String> {
         let t = std::fs::read_to_string(format!("{}/trace", self.dir)).map_err(|e| format!("trace: {e}"))?;
         let tag = format!("reason: {}", self.reason);

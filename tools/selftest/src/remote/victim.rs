@@ -132,6 +132,10 @@ pub(super) fn victim_loop(rx: &mut dyn PollRx, valid: TcpListener, garbage: TcpL
     let mut v = Victim::default();
     let mut conns: Vec<Conn> = Vec::new();
     let mut stopped: Option<Instant> = None;
+    // Whether the listeners were drained after the stop: the senders have
+    // connected (and maybe sent all) by then, so a valid connection can
+    // still wait in the backlog.
+    let mut drained = false;
     loop {
         if stopped.is_none() && stop.load(Ordering::Acquire) {
             stopped = Some(Instant::now());
@@ -139,7 +143,7 @@ pub(super) fn victim_loop(rx: &mut dyn PollRx, valid: TcpListener, garbage: TcpL
         // After the senders stop: the valid connections still open must
         // finish; garbage ones are closed.
         if let Some(t) = stopped {
-            if !conns.iter().any(|c| c.valid) {
+            if drained && !conns.iter().any(|c| c.valid) {
                 break;
             }
             if t.elapsed() > Duration::from_secs(120) {
@@ -165,6 +169,7 @@ pub(super) fn victim_loop(rx: &mut dyn PollRx, valid: TcpListener, garbage: TcpL
                 conns.push(Conn::new(s, is_valid));
             }
         }
+        drained = stopped.is_some();
         // new ones: try them at once
         ready.resize(conns.len(), true);
         let mut i = 0;
@@ -223,6 +228,7 @@ pub(super) fn victim_loop_uring(
     let mut conns: BTreeMap<u64, Conn> = BTreeMap::new();
     let mut next_tag = 1u64;
     let mut stopped: Option<Instant> = None;
+    let mut drained = false;
     // Ends a connection's receive (its request completes with the end of
     // stream, a late completion finds no connection) and closes it.
     let close = |c: Conn| {
@@ -238,7 +244,7 @@ pub(super) fn victim_loop_uring(
             }
         }
         if let Some(t) = stopped {
-            if !conns.values().any(|c| c.valid) {
+            if drained && !conns.values().any(|c| c.valid) {
                 break;
             }
             if t.elapsed() > Duration::from_secs(120) {
@@ -256,6 +262,7 @@ pub(super) fn victim_loop_uring(
                 next_tag += 1;
             }
         }
+        drained = stopped.is_some();
         for c in conns.values().filter(|c| !c.valid) {
             if at_mark(&c.s).unwrap_or(false) && recv_oob(&c.s).is_ok() {
                 v.oob_read += 1;
@@ -268,6 +275,12 @@ pub(super) fn victim_loop_uring(
             match cqe.err {
                 // The CQ ring was full: the request ended; ask again.
                 Some(libc::ENOSPC) => rearm.push(cqe.tag),
+                // No free buffer to copy into (io_zcrx_copy_chunk): what
+                // ENOBUFS is to zcrx-rs; the stall check catches a wedge.
+                Some(libc::ENOMEM) | Some(libc::ENOBUFS) => {
+                    v.enobufs += 1;
+                    rearm.push(cqe.tag);
+                }
                 Some(e) => ended.push((cqe.tag, Some(e))),
                 None if cqe.len == 0 && !cqe.more => ended.push((cqe.tag, None)),
                 None => {
