@@ -250,6 +250,24 @@ fn signed_listeners() -> Result<[TcpListener; 2], String> {
     ls.try_into().map_err(|_| "two listeners".to_string())
 }
 
+/// The victim's listeners, in nsa: the valid one on [`VALID_PORT`] (a
+/// clone goes to `ready` once all listen), `garbage` or a new one on
+/// [`GARBAGE_PORT`], and the signed ones (open while the third lives).
+fn victim_listeners(
+    garbage: Option<TcpListener>,
+    ready: &std::sync::mpsc::Sender<TcpListener>,
+) -> Result<(TcpListener, TcpListener, [TcpListener; 2]), String> {
+    let listen = |port| TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen on {port}: {e}"));
+    let valid = listen(VALID_PORT)?;
+    let garbage = match garbage {
+        Some(g) => g,
+        None => listen(GARBAGE_PORT)?,
+    };
+    let signed = signed_listeners()?;
+    let _ = ready.send(valid.try_clone().map_err(|e| e.to_string())?);
+    Ok((valid, garbage, signed))
+}
+
 /// Length of valid connection `id`'s pattern: 64 KiB to 2 MiB.
 fn valid_len(id: u64) -> u64 {
     let mut r = Rng(id ^ 0x5eed);
@@ -346,20 +364,14 @@ fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BT
     let stop_v = stop.clone();
     let victim = match prov {
         Provider::ZcrxRs => with_receiver(n.a_idx, 0, 64 << 20, GARBAGE_PORT, true, move |z, garbage| {
-            let valid = TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, VALID_PORT)).map_err(|e| format!("listen: {e}"))?;
-            let _signed = signed_listeners()?;
-            let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+            let (valid, garbage, _signed) = victim_listeners(Some(garbage), &vl_tx)?;
             victim_loop(&mut victim::ZcrxRx { z, recs: vec![Rec::default(); 128] }, valid, garbage, &stop_v)
         }),
         Provider::Devmem => {
             let a_idx = n.a_idx;
             in_netns(NS_A, move || {
                 let mut rx = devmem::DevmemRx::new(a_idx, 0, 64 << 20)?;
-                let listen =
-                    |port| TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen on {port}: {e}"));
-                let (valid, garbage) = (listen(VALID_PORT)?, listen(GARBAGE_PORT)?);
-                let _signed = signed_listeners()?;
-                let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+                let (valid, garbage, _signed) = victim_listeners(None, &vl_tx)?;
                 victim_loop(&mut rx, valid, garbage, &stop_v)
             })
         }
@@ -369,11 +381,7 @@ fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BT
                 // 64 MiB of 4 KiB buffers, a refill entry for each.
                 let mut ring = iou_zcrx::ZcrxRing::new(a_idx, &[0], 64 << 20, 16384, 0, false)
                     .map_err(|e| format!("io_uring zcrx on queue 0: {e}"))?;
-                let listen =
-                    |port| TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).map_err(|e| format!("listen on {port}: {e}"));
-                let (valid, garbage) = (listen(VALID_PORT)?, listen(GARBAGE_PORT)?);
-                let _signed = signed_listeners()?;
-                let _ = vl_tx.send(valid.try_clone().map_err(|e| e.to_string())?);
+                let (valid, garbage, _signed) = victim_listeners(None, &vl_tx)?;
                 victim_loop_uring(&mut ring, valid, garbage, &stop_v)
             })
         }

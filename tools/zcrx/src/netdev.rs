@@ -54,6 +54,17 @@ pub fn rx_queue_napi_id(ifindex: u32, queue: u32) -> io::Result<u32> {
     id.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("rx queue {queue} of ifindex {ifindex} reports no NAPI id")))
 }
 
+/// The binding id in a `bind-tx` or `bind-rx` reply (`what`).
+fn dmabuf_id(reply: &[u8], what: &str) -> io::Result<u32> {
+    let mut id = None;
+    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
+        if t == NETDEV_A_DMABUF_ID && p.len() >= 4 {
+            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
+        }
+    });
+    id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{what} reply without an id")))
+}
+
 /// A dma-buf bound for transmission on a device (`bind-tx`). The kernel
 /// keeps the binding while the netlink socket that asked for it is open:
 /// dropping this ends it.
@@ -80,14 +91,7 @@ pub fn bind_tx(ifindex: u32, dmabuf: BorrowedFd<'_>) -> io::Result<TxBinding> {
     let mut a = Vec::new();
     attr(&mut a, NETDEV_A_DMABUF_IFINDEX, &ifindex.to_ne_bytes());
     attr(&mut a, NETDEV_A_DMABUF_FD, &(dmabuf.as_raw_fd() as u32).to_ne_bytes());
-    let reply = g.request(fam, NETDEV_CMD_BIND_TX, &a)?;
-    let mut id = None;
-    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
-        if t == NETDEV_A_DMABUF_ID && p.len() >= 4 {
-            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
-        }
-    });
-    let id = id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bind-tx reply without an id"))?;
+    let id = dmabuf_id(&g.request(fam, NETDEV_CMD_BIND_TX, &a)?, "bind-tx")?;
     Ok(TxBinding { _sock: g, id })
 }
 
@@ -120,20 +124,22 @@ pub fn bind_rx(ifindex: u32, queues: &[u32], dmabuf: BorrowedFd<'_>) -> io::Resu
         attr(&mut a, NETDEV_A_DMABUF_QUEUES | NLA_F_NESTED, &nest);
     }
     attr(&mut a, NETDEV_A_DMABUF_FD, &(dmabuf.as_raw_fd() as u32).to_ne_bytes());
-    let reply = g.request(fam, NETDEV_CMD_BIND_RX, &a)?;
-    let mut id = None;
-    for_each_attr(reply.get(4..).unwrap_or(&[]), |t, p| {
-        if t == NETDEV_A_DMABUF_ID && p.len() >= 4 {
-            id = Some(u32::from_ne_bytes([p[0], p[1], p[2], p[3]]));
-        }
-    });
-    let id = id.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bind-rx reply without an id"))?;
+    let id = dmabuf_id(&g.request(fam, NETDEV_CMD_BIND_RX, &a)?, "bind-rx")?;
     Ok(RxBinding { _sock: g, id })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binding_id_from_reply() {
+        let mut r = vec![0u8; 4];
+        attr(&mut r, NETDEV_A_DMABUF_ID, &7u32.to_ne_bytes());
+        assert_eq!(dmabuf_id(&r, "bind-rx").unwrap(), 7);
+        let e = dmabuf_id(&[0u8; 4], "bind-rx").unwrap_err();
+        assert_eq!(e.to_string(), "bind-rx reply without an id");
+    }
 
     #[test]
     fn queue_get_request() {
