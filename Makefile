@@ -23,7 +23,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(TOP) MO=$(MODOUT) LLVM=-19 \
 	RUST_LIB_SRC=$$(cat $(ZCRX_CACHE)/rust-lib-src)
 
 .PHONY: all help toolchain kernel module iou-zcrx ncdevmem tools libzcrx install uninstall rust-analyzer \
-	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests check-plants clean distclean-kernel
+	check check-fast demo bench bench-wall bench-scale fuzz fuzz-net soak mutants tree-tests check-plants patches clean distclean-kernel
 
 all: module
 
@@ -52,6 +52,9 @@ help:
 	@echo "                   stock netdevsim, ours (TREE_BASELINE=0: no pristine kernel)"
 	@echo "make check-plants  make check in a clone with the defects of scripts/plants/ planted:"
 	@echo "                   it must fail, and name each of them"
+	@echo "make patches       the kernel series as three sendable series (net, net-next, RFC) with"
+	@echo "                   cover letters in out/patches, authored by you (git config user.*;"
+	@echo "                   SIGNOFF=1 adds your Signed-off-by)"
 	@echo "make rust-analyzer write rust-project.json for the module"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
@@ -161,6 +164,11 @@ soak: tools
 # make check must fail on each defect of scripts/plants/ (a clone of HEAD).
 check-plants: toolchain
 	@$(TOP)/scripts/check-plants.sh $(PLANTS)
+
+# The series split by target tree, authored by the sender (scripts/kpatch.sh send).
+patches: toolchain
+	@$(TOP)/scripts/kernel.sh source
+	@$(TOP)/scripts/kpatch.sh send $(TOP)/out/patches
 
 demo: module iou-zcrx tools
 	@$(TOP)/scripts/demo.sh --flavour $(FLAVOUR)

@@ -187,7 +187,7 @@ impl Area {
     }
 
     /// The receive memory one TCP socket may hold in the area's buffers, in
-    /// its receive and out-of-order queues together (patch 53): a quarter
+    /// its receive and out-of-order queues together (patch 55): a quarter
     /// of the area, and never less than 1 MiB (a smaller window slows one
     /// flow: 1 MiB is the window of 100 Gb/s at an 80 us RTT), so more than
     /// a quarter for areas under 4 MiB. 0, no cap, for an area of 1 MiB or

@@ -530,7 +530,7 @@ impl MemoryProvider for Queue {
         // Little left behind the pool's cache once this batch is in it
         // (nothing more on the ring, the free list down to its last few
         // beyond the copy reserve): TCP keeps the cache's last buffers
-        // from out-of-order data (patch 34). Else that data can take all
+        // from out-of-order data (patch 54). Else that data can take all
         // that is left, and the segment that fills its hole never finds a
         // buffer. (A snapshot: another pool of the context, or copies,
         // may drain the free list before this pool asks again.)

@@ -16,7 +16,7 @@ KSRC=$ZCRX_CACHE/linux/src
 YNL="/usr/bin/python3 $KSRC/tools/net/ynl/pyynl/cli.py --no-schema"
 
 # netdevsim puts its DMA addresses this far above the physical ones (its
-# dma_offset parameter, series patch 48): above all of the guest's memory,
+# dma_offset parameter, series patch 56): above all of the guest's memory,
 # so that a physical address taken for a DMA address finds no memory
 NSIM_DMA_OFFSET=0x100000000000
 

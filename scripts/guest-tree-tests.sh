@@ -179,7 +179,7 @@ sysctl -qw net.ipv4.tcp_rmem="4096 131072 1048576"
 [ ${#HW[@]} -gt 0 ] && echo "# zero-copy tests: net.ipv4.tcp_rmem capped at 1 MiB (iou-zcrx's 1024-entry completion queue; see the script)"
 for t in "${HW[@]}"; do
 	unload >/dev/null 2>&1
-	# DMA addresses 16 TiB above the physical ones (patch 48): io_uring
+	# DMA addresses 16 TiB above the physical ones (patch 56): io_uring
 	# zcrx and devmem must hand the device what they mapped for it
 	insmod "$OURS" dma_offset=0x100000000000 || { echo "tree-tests: insmod $OURS failed" >&2; exit 1; }
 	f=$LOG/hw-$(echo "$t" | tr / _)

@@ -7,26 +7,80 @@ set -euo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/kpatch.sh dev|export|checkpatch|versions
+usage: scripts/kpatch.sh dev|export|checkpatch|versions|split-check|send
 
   dev         create (or reset) the worktree \$ZCRX_CACHE/linux/dev, branch
               'dev' = pristine 7.2 + scripts/patches/series applied with git am.
               Edit and commit there (one concern per commit). New files need
               \`git add -f\`: Debian's .gitignore ignores the top level.
   export      write dev's commits since 'pristine' to scripts/patches/ with
-              git format-patch and rewrite the series file
+              git format-patch and rewrite the series file, each patch in
+              the part ("## net", "## net-next", "## rfc", "## local") it was in; a new
+              patch joins the part of the patch before it (move the "## "
+              line if that is wrong). Fails if dev's order mixes the parts.
   checkpatch  run the tree's scripts/checkpatch.pl --strict on every patch;
               fails if any reports an error, warning or check
   versions    check that the series applies, in order and without fuzz, to
               every linux-source-7.2 in KERNEL_DEB_VERSIONS (scripts/lib.sh):
               downloads each .deb (private apt config, see toolchain.sh) into
               \$ZCRX_CACHE/versions and unpacks only the files the series touches
+  split-check [--build]
+              apply each part with what it needs before it (net; net and
+              net-next; all) to pristine with git am; with --build, also
+              build the first two with the fast flavour's config in
+              \$ZCRX_CACHE/build/split (about 10 min cold, 2 cores): the net
+              fixes and the netdevsim series must not need the RFC
+  send [DIR]  what \`make patches\` runs: each part but local as git format-patch
+              output with a cover letter (scripts/patches/cover/PART) in
+              DIR/PART (default out/patches), authored by the sender: git
+              config user.name/user.email of this repository, or
+              GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL. SIGNOFF=1 adds their
+              Signed-off-by: (the DCO is the sender's to give, so only on
+              request)
 USAGE
 }
 SRC=$ZCRX_CACHE/linux/src
 DEV=$ZCRX_CACHE/linux/dev
 P=$ZCRX_TOP/scripts/patches
 PATCHES=$(grep -v -e '^#' -e '^$' "$P/series")
+PARTS="net net-next rfc local"
+
+# The patches of part $1 (a "## $1" line starts it in the series file).
+part_patches() {
+	awk -v part="$1" '/^## / { cur = $2; next } /^#/ || /^$/ { next } cur == part' "$P/series"
+}
+# The patches of part $1 and of every part before it.
+upto_patches() {
+	local part
+	for part in $PARTS; do
+		part_patches "$part"
+		[ "$part" = "$1" ] && return
+	done
+}
+# "NNNN-slug.patch" -> "slug.patch": a patch's name without its place.
+slug() { echo "${1#[0-9][0-9][0-9][0-9]-}"; }
+
+# git am of the patches named on stdin (series file names) in worktree $1;
+# the From: of each replaced by $2 when given.
+am_patches() {
+	local w=$1 from=${2:-} p
+	while read -r p; do
+		if [ -n "$from" ]; then
+			sed "1,/^\$/s/^From: .*/From: $from/" "$P/$p"
+		else
+			cat "$P/$p"
+		fi | git -C "$w" -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost am -q --keep-cr ||
+			{ git -C "$w" am --abort 2>/dev/null || true; die "$p does not apply with git am (with what comes before it)"; }
+	done
+}
+# A detached worktree of the cached tree at 'pristine', for one job.
+scratch_tree() {
+	local w=$ZCRX_CACHE/linux/$1
+	git -C "$SRC" worktree remove -f "$w" 2>/dev/null || rm -rf "$w"
+	git -C "$SRC" worktree prune
+	git -C "$SRC" worktree add -q -f --detach "$w" pristine
+	echo "$w"
+}
 
 # Applies the series to the linux-source-7.2 .deb of version $1.
 check_version() {
@@ -82,11 +136,38 @@ $stray"
 	# abbreviated blob ids of a fixed length: the default grows with the
 	# number of objects, and would rewrite every patch on another machine
 	git -C "$DEV" -c core.abbrev=9 format-patch -q -N -o "$P" --zero-commit --no-signature pristine..dev
+	# each patch stays in its part; a new one joins the part before it
+	declare -A part_of
+	for part in $PARTS; do
+		for p in $(part_patches "$part"); do part_of[$(slug "$p")]=$part; done
+	done
 	{
 		echo "# zcrx-rs kernel patch series, applied in order on top of linux-source-7.2"
-		echo "# by scripts/kernel.sh. One \`git format-patch\` file per line."
-		(cd "$P" && ls *.patch)
-	} > "$P/series"
+		echo "# by scripts/kernel.sh. One \`git format-patch\` file per line. A \"## PART\""
+		echo "# line starts what goes to one tree (make patches): net (fixes of"
+		echo "# upstream bugs), net-next (netdevsim), rfc (what an out-of-tree"
+		echo "# provider needs), local (test knobs we do not send). A part may use"
+		echo "# the parts before it, never one after."
+		cur= seen=" "
+		for p in $(cd "$P" && ls *.patch); do
+			part=${part_of[$(slug "$p")]:-}
+			if [ -z "$part" ]; then
+				part=${cur:-net}
+				msg "new patch $p: put in part $part (move its \"## \" line if that is wrong)"
+			fi
+			if [ "$part" != "$cur" ]; then
+				case $seen in *" $part "*) die "dev's order mixes the parts: $p ($part) comes after patches of a later part; reorder dev (git rebase -i pristine)" ;; esac
+				seen="$seen$part "
+				echo "## $part"
+				cur=$part
+			fi
+			echo "$p"
+		done
+	} > "$P/series.new"
+	# the parts must come in $PARTS order
+	[ "$(grep '^## ' "$P/series.new" | cut -c4- | tr '\n' ' ')" = "$(for x in $PARTS; do grep -qx "## $x" "$P/series.new" && printf '%s ' "$x"; done)" ] ||
+		die "the parts of dev's series are not in the order $PARTS"
+	mv "$P/series.new" "$P/series"
 	msg "exported $(ls "$P"/*.patch | wc -l) patches to $P"
 	;;
 checkpatch)
@@ -102,6 +183,71 @@ checkpatch)
 		if [ -n "$out" ]; then echo "$p:"; echo "$out"; rc=1; else echo "$p: clean"; fi
 	done
 	exit $rc
+	;;
+split-check)
+	build=
+	[ "${2:-}" = --build ] && build=1
+	W=$(scratch_tree split)
+	for part in $PARTS; do
+		part_patches "$part" | am_patches "$W"
+		msg "$part: $(upto_patches "$part" | wc -l) patches (up to and with $part) apply to pristine with git am"
+		[ -n "$build" ] && [ "$part" != rfc ] || continue
+		kbuild_env
+		B=$ZCRX_CACHE/build/split
+		mkdir -p "$B"
+		cp "$(build_dir fast)/.config" "$B/.config" ||
+			die "no fast kernel config to build with; run scripts/kernel.sh --flavour fast config"
+		make -s -C "$W" O="$B" olddefconfig >/dev/null
+		msg "building the kernel with patches up to $part in $B (log: $B/build.log)"
+		make -C "$W" O="$B" -j"$(nproc)" bzImage modules > "$B/build.log" 2>&1 ||
+			{ grep -E -B2 -A8 'error[:\[]|Error [0-9]' "$B/build.log" | tail -40 >&2; die "the kernel with patches up to $part does not build"; }
+		msg "$part: builds"
+	done
+	git -C "$SRC" worktree remove -f "$W"
+	;;
+send)
+	out=${2:-$ZCRX_TOP/out/patches}
+	name=${GIT_AUTHOR_NAME:-$(git -C "$ZCRX_TOP" config user.name || true)}
+	email=${GIT_AUTHOR_EMAIL:-$(git -C "$ZCRX_TOP" config user.email || true)}
+	case $email in
+	''|*.example|*.invalid|*@localhost|*noreply*)
+		die "the patches go out under the sender's name: set git config user.name and user.email in $ZCRX_TOP (or GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL); '$email' is not an address that can send" ;;
+	esac
+	[ -n "$name" ] || die "set git config user.name (or GIT_AUTHOR_NAME)"
+	W=$(scratch_tree send)
+	rm -rf "$out"
+	base=pristine
+	for part in $PARTS; do
+		[ "$part" != local ] || continue   # ours: not sent
+		part_patches "$part" | am_patches "$W" "$name <$email>"
+		cover=$P/cover/$part
+		[ -f "$cover" ] || die "no cover letter for $part: $cover"
+		case $part in
+		net) prefix="PATCH net" ;;
+		net-next) prefix="PATCH net-next" ;;
+		*) prefix="RFC PATCH net-next" ;;
+		esac
+		git -C "$W" -c user.name="$name" -c user.email="$email" -c core.abbrev=12 \
+			format-patch -q -o "$out/$part" --cover-letter --subject-prefix="$prefix" \
+			--zero-commit --no-signature ${SIGNOFF:+--signoff} "$base"..HEAD
+		# the cover letter: its subject (the first line of $cover) and text
+		subject=$(head -1 "$cover")
+		python3 - "$out/$part/0000-cover-letter.patch" "$cover" "$subject" <<'PY'
+import os, sys
+path, cover, subject = sys.argv[1:]
+text = open(path).read()
+blurb = open(cover).read().split('\n', 1)[1].strip('\n')
+if os.environ.get('SIGNOFF'):
+    # the sender signed off: the note for the sender goes
+    blurb = blurb.split('\nThe patches carry no Signed-off-by')[0].rstrip('\n')
+text = text.replace('*** SUBJECT HERE ***', subject).replace('*** BLURB HERE ***', blurb)
+open(path, 'w').write(text)
+PY
+		base=$(git -C "$W" rev-parse HEAD)
+		msg "$part: $(ls "$out/$part" | grep -vc '^0000-') patches and a cover letter in $out/$part (\"[$prefix]\")"
+	done
+	git -C "$SRC" worktree remove -f "$W"
+	[ -n "${SIGNOFF:-}" ] || msg "no Signed-off-by: add yours (SIGNOFF=1) once you can certify the DCO for every patch"
 	;;
 -h|--help) usage ;;
 *) usage >&2; exit 2 ;;

@@ -8,7 +8,7 @@
 //! there. And many NICs report CHECKSUM_COMPLETE, the sum of the frame,
 //! instead of a verdict: GRO and TCP then check the sum, and trimming
 //! unreadable padding would need the sum of bytes the CPU cannot read.
-//! netdevsim does both (series patch 50: the padding always,
+//! netdevsim does both (series patch 39: the padding always,
 //! CHECKSUM_COMPLETE with `hds_csum_complete`).
 //!
 //! `padding_and_csum_complete` sends crafted segments (IPv4 and IPv6) to

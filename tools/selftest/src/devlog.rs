@@ -2,9 +2,9 @@
 // Copyright (C) 2026 The zcrx-rs developers.
 
 //! Zero-copy asserted from the device: netdevsim logs each header-split
-//! write it delivers (`hds_dma_log`, series patch 49: queue, DMA address,
+//! write it delivers (`hds_dma_log`, series patch 38: queue, DMA address,
 //! length), and its DMA addresses are the physical ones plus
-//! [`net::NSIM_DMA_OFFSET`] (patch 48). While a [`DmaLog`] is active,
+//! [`net::NSIM_DMA_OFFSET`] (patch 56). While a [`DmaLog`] is active,
 //! [`net::receive`] and the receivers built on it note where each
 //! zero-copy record's bytes are (`/proc/self/pagemap`, root only), and
 //! [`DmaLog::check`] matches every such piece to a write netdevsim made:
@@ -22,7 +22,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::net;
 
 const LOG: &str = "/sys/kernel/debug/netdevsim/netdevsim1/ports/0/hds_dma_log";
-/// What patch 49 lets the log hold.
+/// What patch 38 lets the log hold.
 pub const CAPACITY: u64 = 1 << 20;
 
 /// Set while a [`DmaLog`] is active: receivers then collect pieces.
@@ -142,7 +142,7 @@ impl DmaLog {
         }
         snap.lost = lost.ok_or(format!("{LOG}: no lost line"))?;
         if snap.bytes.is_empty() {
-            return Err(format!("{LOG}: no per-queue byte counts (netdevsim older than the series' patch 49?)"));
+            return Err(format!("{LOG}: no per-queue byte counts (netdevsim older than the series' patch 38?)"));
         }
         Ok(snap)
     }

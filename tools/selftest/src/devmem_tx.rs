@@ -17,7 +17,7 @@
 //!   and merged frags of different net_iovs that looked contiguous.
 //!
 //! The sender is netdevsim's side `nsb` (netdevsim transmits from a dma-buf
-//! bound to it, series patch 25); the receiver reads with `read()`: no
+//! bound to it, series patch 33); the receiver reads with `read()`: no
 //! provider is involved, only the device-memory transmit path.
 
 use std::io::{Read, Write};
@@ -359,7 +359,7 @@ fn expected(pieces: &[Piece]) -> Vec<u8> {
 }
 
 /// netdevsim's count of TX skbs whose frags it could not read (series
-/// patch 45), on the sender's device.
+/// patch 35), on the sender's device.
 fn tx_unreadable_refused() -> Result<u64, String> {
     let p = "/sys/kernel/debug/netdevsim/netdevsim2/ports/0/tx_unreadable_refused";
     std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?.trim().parse().map_err(|e| format!("{p}: {e}"))

@@ -203,7 +203,7 @@ fn dma_api_errors() -> Option<u64> {
 /// DMA segments of at most 64 KiB (`dma_get_max_seg_size()`): the stream
 /// arrives byte-exact and all zero-copy, and the exporter's mapping stays
 /// within the device's limit: DMA-API debugging (the debug kernel) reports
-/// no misuse. Before series patch 55, udmabuf mapped each 2 MiB run as one
+/// no misuse. Before series patch 27, udmabuf mapped each 2 MiB run as one
 /// segment ("mapping sg segment longer than device claims to support");
 /// with ordinary pages only when they happened to be contiguous, so
 /// `dmabuf_area_zero_copy` failed now and then.

@@ -21,9 +21,9 @@
 //! in tunnel mode (the segment in an inner datagram; netdevsim splits at
 //! the inner TCP header) and as ESP in UDP (RFC 3948, tunnel mode and
 //! transport mode, port 4500, received through a `UDP_ENCAP_ESPINUDP`
-//! socket as an IKE daemon's; series patch 51, and patch 54 for IPv6 in
+//! socket as an IKE daemon's; series patch 40, and patch 26 for IPv6 in
 //! transport mode). IPv6 ESP in UDP has no offloaded transmit
-//! path: before series patch 52 its first packet oopsed in `esp6_xmit()`;
+//! path: before series patch 25 its first packet oopsed in `esp6_xmit()`;
 //! now the sender encrypts it in software, and nsa decrypts it in
 //! software too. The remote fuzzer sends all three (`esp`, `esp_tunnel`,
 //! `esp_udp`).
@@ -64,7 +64,7 @@ pub(crate) enum Mode {
     /// Transport mode in UDP to [`NATT_PORT`]. Without netfilter (the test
     /// kernels) 7.2 decrypted IPv6 ESP in UDP of a transport mode SA and
     /// handed the segment to the IKE socket as a UDP datagram: TCP never
-    /// saw it (series patch 54).
+    /// saw it (series patch 26).
     UdpTransport,
 }
 
@@ -133,7 +133,7 @@ fn esp_setup(n: &Nsim, dport: Option<u16>, mode: Mode, crafted: bool) -> Result<
         for (i, dev, dir) in [(0, &n.b, "out"), (1, &n.a, "in")] {
             // IPv6 ESP in UDP leaves the sender encrypted in software
             // although its SA is offloaded (the stack has no offload path
-            // for it: before series patch 52 the first packet crashed
+            // for it: before series patch 25 the first packet crashed
             // esp6_xmit()): netdevsim cannot take it as decrypted, so nsa
             // decrypts it itself.
             let offload = if mode.in_udp() && plen == 128 && dir == "in" && !crafted {

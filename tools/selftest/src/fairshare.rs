@@ -3,7 +3,7 @@
 
 //! One socket cannot take the area. TCP holds a socket to its share of a
 //! memory provider's buffers in its receive and out-of-order queues
-//! together (patch 53), and zcrx-rs sets that share to a quarter of the
+//! together (patch 55), and zcrx-rs sets that share to a quarter of the
 //! area (at least 1 MiB), whatever the socket's receive buffer: a
 //! reader that falls behind cannot stall the other flows of the queue.
 

@@ -141,7 +141,7 @@ pub fn hds_stats(id: u32, q: u32) -> Result<HdsStats, String> {
     })
 }
 
-/// netdevsim's `dma_offset` (series patch 48): its DMA addresses are this
+/// netdevsim's `dma_offset` (series patch 56): its DMA addresses are this
 /// far above the physical ones, above all of the guest's memory, so that a
 /// physical address handed to the device as a DMA address finds no memory
 /// (netdevsim drops the packet, `drop_dma`) and every data test fails.

@@ -3,7 +3,7 @@
 
 //! Netlink visibility: the netdev family's `queue-get` and `page-pool-get`
 //! show which queues and page pools zcrx-rs owns, with its buffer size
-//! (the `mp-provider` nest of series patch 33), read with the kernel
+//! (the `mp-provider` nest of series patch 53), read with the kernel
 //! tree's own YNL library.
 
 use std::time::Duration;

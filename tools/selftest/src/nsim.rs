@@ -294,7 +294,7 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
 /// The receiver, on CPU 1, reads and gives back all of them; then the
 /// sender moves to CPU 1 and sends 1 MB, which must arrive byte-exact and
 /// zero-copy, the first of it at once (within 1 s, not after a
-/// retransmission timeout), and no wait for data longer than 5 s. Before patch 35 the
+/// retransmission timeout), and no wait for data longer than 5 s. Before patch 16 the
 /// 56 skbs kept their buffers on CPU 0's list and every packet after was
 /// dropped for want of a buffer (the stall of `dry_pool_idle_recv_sleeps`
 /// with 32 buffers; once in `make check` in `ofo_parker_cannot_stall_others`:
@@ -442,7 +442,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
 /// (2026-12-05, CI: A stuck after 28 buffers, all 28 given back and taken
 /// from the ring, 4 free, nothing in A's queues, every retransmission
 /// finding the pool dry): the buffers were on a CPU's skb defer list
-/// (patch 35, `consumed_skbs_free_buffers_at_once`).
+/// (patch 16, `consumed_skbs_free_buffers_at_once`).
 fn dry_pool_idle_recv_sleeps(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));

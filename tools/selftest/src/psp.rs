@@ -9,7 +9,7 @@
 //! association accepts data only from such packets.
 //!
 //! netdevsim finds a packet's association through its socket (`skb->sk`).
-//! The series' devmem TX emulation (patch 25) transmits a copy of an skb
+//! The series' devmem TX emulation (patch 33) transmits a copy of an skb
 //! whose frags are dma-buf net_iovs: the copy has no socket of its own, so
 //! it borrows the original's while PSP looks at it. Without that, a PSP
 //! connection's devmem TX left unencapsulated while marked decrypted, and

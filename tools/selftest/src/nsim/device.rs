@@ -18,7 +18,7 @@ use super::*;
 /// netdevsim's NAPI takes in one poll, where GRO meets split and readable
 /// segments of the flow. (The receiver's `gro_flush_timeout` is set too.)
 /// All must arrive byte-exact, the small segments copied, the rest
-/// zero-copy. Before patch 37, GRO appended a readable segment to an
+/// zero-copy. Before patch 18, GRO appended a readable segment to an
 /// unreadable one as a page frag: the skb said unreadable and held a page,
 /// which nobody may copy (`skb_copy_bits()` fails on any frag of an
 /// unreadable skb), and RECV failed with EFAULT, 4 runs of 4 (after 5912
@@ -110,7 +110,7 @@ fn tcp_csum_errors() -> Result<u64, String> {
 
 /// netdevsim verifies the TCP checksum of what the sender did not checksum
 /// (a raw frame: CHECKSUM_NONE) and DMAs the rest of the frame after the
-/// headers, the padding after the IP datagram included (series patch 50;
+/// headers, the padding after the IP datagram included (series patch 39;
 /// the stack trims it in provider memory): one good and one bad frame per
 /// family, 21 bytes of padding each, into the bound queue. All four are
 /// split and DMA'd to the byte, as a NIC does; the good ones reach TCP,
@@ -299,7 +299,7 @@ impl Drop for Qstats {
 /// (raw frames steered there by an ntuple rule, split into a provider's
 /// buffers); the device's `rx-csum-bad` total (`qstats-get`) stays 3 with
 /// 2 queues and with 4 again (not 0, then 3; not 6). Before the fix of
-/// series patch 22 the counters of the removed queues left the totals.
+/// series patch 30 the counters of the removed queues left the totals.
 pub(super) fn queue_stats_survive_channel_shrink(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(4));

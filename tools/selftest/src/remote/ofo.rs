@@ -14,12 +14,12 @@ use super::*;
 /// than the pool has). Then a well-behaved sender sends 1 MiB on another
 /// connection, which must arrive byte-exact, all of it zero-copy, while
 /// the attacker's connections stay open. Before TCP kept the pool's last
-/// buffers from out-of-order data (patch 34), the parked segments took
+/// buffers from out-of-order data (patch 54), the parked segments took
 /// them all and every segment of the new connection was dropped for want
 /// of a buffer: its sender gave up. (With the reserve it still stalled
 /// at times, with 32 buffers and two parkers on the debug kernel and once
 /// in `make check` with 64: the buffers the receiver gave back were on a
-/// CPU's skb defer list, patch 35.)
+/// CPU's skb defer list, patch 16.)
 pub(super) fn ofo_parker_cannot_stall_others(env: &Env) -> Outcome {
     ofo_parkers(env, 64, 3, 40, 7402)
 }
