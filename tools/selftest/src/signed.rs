@@ -118,6 +118,29 @@ pub(crate) fn add_key(fd: i32, sig: Sig, peer: impl Into<std::net::IpAddr>) -> s
     zcrx::sys::cvt(r.into()).map(|_| ())
 }
 
+/// The `pkt_good` and `pkt_bad` counters of the first TCP-AO key of
+/// socket `fd`: `getsockopt(TCP_AO_GET_KEYS)` with `get_all`, room for one
+/// `struct tcp_ao_getsockopt` (304 bytes; `nkeys` at 272, the flag bits at
+/// 276, `pkt_good` at 288, `pkt_bad` at 296).
+pub(crate) fn ao_key_counters(fd: i32) -> Result<(u64, u64), String> {
+    const TCP_AO_GET_KEYS: i32 = 41;
+    const GET_ALL: u16 = 1 << 2;
+    let mut b = [0u8; 304];
+    b[272..276].copy_from_slice(&1u32.to_ne_bytes());
+    b[276..278].copy_from_slice(&GET_ALL.to_ne_bytes());
+    let mut len = 304 as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live buffer.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, TCP_AO_GET_KEYS, b.as_mut_ptr().cast(), &mut len) };
+    zcrx::sys::cvt(r.into()).map_err(|e| format!("getsockopt(TCP_AO_GET_KEYS): {e}"))?;
+    let nkeys = u32::from_ne_bytes(b[272..276].try_into().unwrap());
+    if nkeys != 1 || len != 304 {
+        return Err(format!("getsockopt(TCP_AO_GET_KEYS): {nkeys} keys, {len} bytes (want 1 key, 304 bytes)"));
+    }
+    let good = u64::from_ne_bytes(b[288..296].try_into().unwrap());
+    let bad = u64::from_ne_bytes(b[296..304].try_into().unwrap());
+    Ok((good, bad))
+}
+
 /// A listener on `[::]:port` that signs with the sender's address.
 pub(crate) fn listener(sig: Sig, port: u16) -> Result<TcpListener, String> {
     let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))).map_err(|e| format!("listen: {e}"))?;
@@ -179,6 +202,13 @@ fn control(sig: Sig, port: u16) -> Result<(), String> {
         let (mut s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         let mut got = Vec::new();
         s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
+        // The key's counters are read right: verified segments count as good.
+        if sig == Sig::Ao {
+            let (good, bad) = ao_key_counters(s.as_raw_fd())?;
+            if good == 0 || bad != 0 {
+                return Err(format!("TCP-AO key counters after a good stream: {good} good, {bad} bad"));
+            }
+        }
         Ok(got)
     });
     let tx = net::in_netns(net::NS_B, move || {
@@ -197,8 +227,9 @@ fn control(sig: Sig, port: u16) -> Result<(), String> {
 
 /// The same to a zero-copy queue: the kernel survives, the segments are
 /// dropped as unverifiable (drop reason `TCP_HASH_UNREADABLE`, from the
-/// `kfree_skb` tracepoint), not counted as badly signed, and nothing
-/// reaches the receiver.
+/// `kfree_skb` tracepoint), not counted as badly signed (neither in
+/// TcpExt nor, for TCP-AO, in the key's `pkt_bad`), and nothing reaches
+/// the receiver.
 fn to_zero_copy_queue(env: &Env, sig: Sig, port: u16) -> Result<String, String> {
     ensure_loaded(env)?;
     let n = Nsim::up(1)?;
@@ -231,13 +262,23 @@ fn to_zero_copy_queue(env: &Env, sig: Sig, port: u16) -> Result<String, String> 
         if bad != 0 {
             return Err(format!("{bad} unverifiable segments counted as badly signed ({})", sig.counter()));
         }
+        // TCP-AO also counts per key: the key's pkt_bad must not move either.
+        let key = if sig == Sig::Ao {
+            let (good, bad) = ao_key_counters(s.as_raw_fd())?;
+            if bad != 0 {
+                return Err(format!("the connection's TCP-AO key counts {bad} bad segments ({good} good)"));
+            }
+            format!(", 0 in the key's pkt_bad ({good} good)")
+        } else {
+            String::new()
+        };
         // Nothing was accepted as data.
         let mut inq: libc::c_int = 0;
         zcrx::sys::ioctl(&s, libc::FIONREAD as libc::c_ulong, &mut inq as *mut libc::c_int as usize)
             .map_err(|e| format!("FIONREAD: {e}"))?;
         let st = z.stats().map_err(|e| format!("stats: {e}"))?;
         d2.store(true, Ordering::Release);
-        Ok((dropped, inq, st.zc_bytes + st.copy_bytes))
+        Ok((dropped, inq, st.zc_bytes + st.copy_bytes, key))
     });
     let tx = net::in_netns(net::NS_B, move || {
         let mut s = signed_connect(sig, addr_a(true, port))?;
@@ -257,14 +298,14 @@ fn to_zero_copy_queue(env: &Env, sig: Sig, port: u16) -> Result<String, String> 
     done.store(true, Ordering::Release);
     let sent = join(tx);
     // The receiver's error explains the sender's: report it first.
-    let (dropped, inq, recv) = r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    let (dropped, inq, recv, key) = r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
     sent.map_err(|e| format!("sender: {e}"))?;
     if inq != 0 || recv != 0 {
         return Err(format!("{inq} bytes queued / {recv} received although no segment could be verified"));
     }
     drop(n);
     wait_idle(Duration::from_secs(10))?;
-    Ok(format!("{dropped} segments with payload in the area dropped as {UNREADABLE}, 0 counted in {}", sig.counter()))
+    Ok(format!("{dropped} segments with payload in the area dropped as {UNREADABLE}, 0 counted in {}{key}", sig.counter()))
 }
 
 fn run(env: &Env, sig: Sig, port: u16) -> Outcome {

@@ -179,12 +179,14 @@ pub(super) fn checksum_checked_padding_dmad(env: &Env) -> Outcome {
 /// that the rule's flows leave the device ("equal 3" would send them to
 /// queues 2-4 of 4): netdevsim refuses such a table (the core checks the
 /// rule when it is inserted, not the table when it changes; before, the
-/// queue wrapped around and the flows went silently to queue 0).
+/// queue wrapped around and the flows went silently to queue 0). Traffic
+/// through the rule lands on queues 2-3 only (the socket's NAPI).
 pub(super) fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(4));
     let ethtool = tryo!(net::ethtool());
     let dev = n.a.clone();
-    let r = join(in_netns(NS_A, move || -> Result<String, String> {
+    let ifindex = n.a_idx;
+    let r = join(in_netns(NS_A, move || -> Result<(String, String), String> {
         let et = |args: &[&str]| net::run(&ethtool, args, "");
         // the word ethtool prints after `what`
         let after = |out: String, what: &str| -> Result<String, String> {
@@ -194,6 +196,7 @@ pub(super) fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
         let ctx = after(et(&["-X", &dev, "context", "new", "start", "0", "equal", "2"])?, "New RSS context is ")?;
         let rule =
             after(et(&["-N", &dev, "flow-type", "tcp6", "dst-port", "5000", "context", &ctx, "action", "2"])?, "Added rule with ID ")?;
+        let spread = context_traffic(ifindex)?;
         let shrink = et(&["-L", &dev, "combined", "3"]);
         match et(&["-X", &dev, "context", &ctx, "equal", "3"]) {
             Ok(_) => return Err("ethtool -X context equal 3 accepted while a rule adds queue 2 to its entries".into()),
@@ -217,14 +220,90 @@ pub(super) fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
                 Err(format!("ethtool -L combined 3 refused for another reason: {e}"))
             }
             (_, Err(e)) => Err(format!("ethtool -L combined 3 after the rule and context went: {e}")),
-            (Err(e), Ok(_)) => Ok(e),
+            (Err(e), Ok(_)) => Ok((e, spread)),
         }
     }));
-    let e = tryo!(r);
+    let (e, spread) = tryo!(r);
     let why = e.lines().find(|l| l.contains("too low")).unwrap_or(&e);
-    env.diag(&format!("ethtool -L combined 3 refused while the rule is there: {}", why.trim()));
+    env.diag(&format!("{spread}; ethtool -L combined 3 refused while the rule is there: {}", why.trim()));
     Pass
 }
+
+/// Connections of [`ntuple_context_rule_keeps_its_queues`]'s rule.
+const CONTEXT_FLOWS: u16 = 8;
+
+/// Traffic through the rule "context C action 2" (C spreading on queues
+/// 0-1), in `NS_A`: [`CONTEXT_FLOWS`] connections from `nsb` to port 5000,
+/// each received byte-exact (64 KiB of its own data), and each socket's
+/// NAPI (`SO_INCOMING_NAPI_ID`) must be that of queue 2 or 3, from the
+/// netdev family's `queue-get` (the tree's YNL). Returns how the flows
+/// spread.
+fn context_traffic(ifindex: u32) -> Result<String, String> {
+    const PER: u64 = 64 << 10;
+    let base = 0x5eed_c0de;
+    let l = std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, 5000)).map_err(|e| format!("listen :5000: {e}"))?;
+    let senders: Vec<_> = (0..CONTEXT_FLOWS).map(|i| net::flow_sender(net::addr_a(true, 5000), PER, base, usize::from(i % 2))).collect();
+    let mut napis = Vec::new();
+    for _ in 0..CONTEXT_FLOWS {
+        let (mut s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut got).map_err(|e| format!("read from {peer}: {e}"))?;
+        let pat = zcrx::pattern::Pattern::new(net::flow_seed(base, peer.port()));
+        if got.len() as u64 != PER {
+            return Err(format!("{peer}: {} of {PER} bytes", got.len()));
+        }
+        if let Some(off) = pat.check(0, &got) {
+            return Err(format!("{peer}: wrong byte at offset {off}"));
+        }
+        let mut napi: libc::c_uint = 0;
+        let mut len = std::mem::size_of_val(&napi) as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `napi`.
+        let r = unsafe {
+            libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID, (&mut napi as *mut libc::c_uint).cast(), &mut len)
+        };
+        zcrx::sys::cvt(r.into()).map_err(|e| format!("SO_INCOMING_NAPI_ID: {e}"))?;
+        napis.push(napi);
+    }
+    for t in senders {
+        t.join().map_err(|_| "sender panicked")??;
+    }
+    // queue -> NAPI id, from the netdev family
+    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
+    let ksrc = format!("{cache}/linux/src");
+    let out = net::run("/usr/bin/python3", &["-c", QUEUE_NAPIS, &ksrc, &ifindex.to_string()], "")?;
+    let mut queue_of = std::collections::HashMap::new();
+    for l in out.lines() {
+        let v: Vec<u32> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        if let [q, napi] = v[..] {
+            queue_of.insert(napi, q);
+        }
+    }
+    let mut per_queue = [0u32; 4];
+    for napi in &napis {
+        match queue_of.get(napi) {
+            Some(&q) if q == 2 || q == 3 => per_queue[q as usize] += 1,
+            Some(q) => return Err(format!("a flow of the rule reached queue {q} (NAPI {napi}), not 2 or 3")),
+            None => return Err(format!("NAPI {napi} of a flow is no rx queue's ({out:?})")),
+        }
+    }
+    Ok(format!(
+        "{CONTEXT_FLOWS} flows through the rule byte-exact, {} on queue 2 and {} on queue 3 (none on 0-1)",
+        per_queue[2], per_queue[3]
+    ))
+}
+
+/// The NAPI id of each rx queue of `ifindex`: `QUEUE NAPI` per line.
+const QUEUE_NAPIS: &str = r#"
+import sys
+ksrc, ifindex = sys.argv[1], int(sys.argv[2])
+sys.path.append(ksrc + '/tools/net/ynl/pyynl')
+from lib import YnlFamily
+ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
+for q in ynl.dump('queue-get', {'ifindex': ifindex}):
+    if q.get('type') == 'rx' and 'napi-id' in q:
+        print(q['id'], q['napi-id'])
+"#;
 
 /// The tree's YNL (`tools/net/ynl/pyynl`) answering `qstats-get` for one
 /// device: one line of totals (rx-csum-bad, rx-hw-drops, rx-alloc-fail)
