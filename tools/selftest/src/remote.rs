@@ -510,8 +510,19 @@ fn fuzz_phase(env: &Env, prov: Provider, secs: u64, seed: u64, sent_all: &mut BT
         if seen.iter().map(|x| x.conns).sum::<u64>() == 0 {
             return Fail(format!("the {class} class sent, but its receiver accepted no connection"));
         }
-        if class == "ktls" && kinds.iter().any(|k| ulp.get(k).is_some_and(|x| x.conns > 0 && x.keyed == 0)) {
-            return Fail("a kTLS receiver installed no TLS_RX key on any connection".into());
+        if class == "ktls" {
+            // A connection the attacker reset before it was accepted fails
+            // TLS_RX with ENOTCONN: that is the attacker's doing (in a short
+            // phase it may be a version's only connection). Any other
+            // failure, or no key at all, is the receiver's.
+            for (k, x) in kinds.iter().filter_map(|k| ulp.get(k).map(|x| (k, x))) {
+                if let Some(why) = x.ends.keys().find(|e| e.starts_with("TLS_RX:") && !e.contains("not connected")) {
+                    return Fail(format!("{k}: TLS_RX failed on a connection that was there: {why}"));
+                }
+            }
+            if seen.iter().map(|x| x.keyed).sum::<u64>() == 0 {
+                return Fail("no kTLS receiver installed a TLS_RX key on any connection".into());
+            }
         }
         if class == "mptcp" && mp_capable == 0 {
             return Fail("the mptcp class sent, but no connection was accepted as MPTCP (MPCapableACKRX 0)".into());
