@@ -6,12 +6,16 @@
 # (default ~/.cache/zcrx-rs), never in this repository.
 
 FLAVOUR    ?= fast
+# The kernel: 7.2 (default) or 7.3; each has its own tree and builds in the
+# cache (scripts/lib.sh).
+KVER       ?= 7.2
 ZCRX_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/zcrx-rs
-export ZCRX_CACHE
+export ZCRX_CACHE KVER
 
 TOP        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
-KDIR       := $(ZCRX_CACHE)/build/$(FLAVOUR)
-KSRC       := $(ZCRX_CACHE)/linux/src
+KSUFFIX    := $(if $(filter-out 7.2,$(KVER)),-$(KVER))
+KDIR       := $(ZCRX_CACHE)/build$(KSUFFIX)/$(FLAVOUR)
+KSRC       := $(ZCRX_CACHE)/linux$(KSUFFIX)/src
 MODOUT     := $(KDIR)/zcrx-module
 KO         := $(MODOUT)/rust/zcrx_rs.ko
 CARGO      ?= cargo
@@ -32,6 +36,7 @@ help:
 	@echo "make check         build everything and run all tests (host, fast VM, debug VM)"
 	@echo "make check-fast    the same without the debug kernel"
 	@echo "make               build the module against the cached kernel"
+	@echo "                   (KVER=7.3 for Linux 7.3 instead of 7.2, with any target)"
 	@echo "make toolchain     install/download the toolchain (scripts/toolchain.sh)"
 	@echo "make kernel        fetch, patch, configure and build the test kernel"
 	@echo "                   (FLAVOUR=fast|debug; scripts/kernel.sh --help)"
@@ -178,4 +183,4 @@ clean:
 	$(CARGO) clean --manifest-path $(TOP)/tools/Cargo.toml
 
 distclean-kernel:
-	rm -rf $(ZCRX_CACHE)/linux/src $(ZCRX_CACHE)/linux/dev $(ZCRX_CACHE)/build
+	rm -rf $(ZCRX_CACHE)/linux$(KSUFFIX)/src $(ZCRX_CACHE)/linux$(KSUFFIX)/dev $(ZCRX_CACHE)/build$(KSUFFIX)

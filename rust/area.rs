@@ -64,7 +64,7 @@ impl Area {
         let n = usize::try_from(len / page).map_err(|_| EINVAL)?;
 
         let pages = Arc::new(
-            PinnedPages::pin_current(addr_usize, n, &crate::THIS_MODULE, &GLOBAL.pinned_pages)?,
+            PinnedPages::pin_current(addr_usize, n, crate::this_module(), &GLOBAL.pinned_pages)?,
             GFP_KERNEL_ACCOUNT,
         )?;
         Self::new(AreaMemory::Pages(pages), buf, addr)

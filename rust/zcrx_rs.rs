@@ -57,8 +57,35 @@ module! {
 }
 
 // The file operations of `/dev/zcrx`, owned by this module: an open context
-// keeps the module loaded.
+// keeps the module loaded. On 7.2 the series' `misc_device_fops!` declares
+// them; from 7.3 on `#[vtable]` gives `MiscDevice` an owner module and the
+// registration builds them.
+#[cfg(zcrx_misc_fops)]
 kernel::misc_device_fops!(FOPS, Context);
+
+/// Registers `/dev/zcrx`.
+#[cfg(zcrx_misc_fops)]
+fn register(options: MiscDeviceOptions) -> impl PinInit<MiscDeviceRegistration<Context>, Error> {
+    MiscDeviceRegistration::register(options, &FOPS)
+}
+
+/// Registers `/dev/zcrx`.
+#[cfg(not(zcrx_misc_fops))]
+fn register(options: MiscDeviceOptions) -> impl PinInit<MiscDeviceRegistration<Context>, Error> {
+    MiscDeviceRegistration::register(options)
+}
+
+/// This module (what C calls `THIS_MODULE`).
+#[cfg(zcrx_misc_fops)]
+pub(crate) fn this_module() -> &'static ThisModule {
+    &THIS_MODULE
+}
+
+/// This module (what C calls `THIS_MODULE`).
+#[cfg(not(zcrx_misc_fops))]
+pub(crate) fn this_module() -> &'static ThisModule {
+    kernel::module::this_module::<LocalModule>()
+}
 
 /// Module state: the registration of `/dev/zcrx`.
 #[pin_data(PinnedDrop)]
@@ -72,7 +99,7 @@ impl kernel::InPlaceModule for ZcrxModule {
         pr_info!("zcrx_rs {} loaded\n", VERSION);
         let options = MiscDeviceOptions { name: c"zcrx" };
         try_pin_init!(Self {
-            _miscdev <- MiscDeviceRegistration::register(options, &FOPS),
+            _miscdev <- register(options),
         })
     }
 }

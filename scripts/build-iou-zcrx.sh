@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 B=$(build_dir "$flavour")
-SRC=$ZCRX_CACHE/linux/src/tools/testing/selftests/drivers/net/hw/iou-zcrx.c
+SRC=$KLINUX/src/tools/testing/selftests/drivers/net/hw/iou-zcrx.c
 URING=$ZCRX_CACHE/liburing/root/usr
 OUT=$B/iou-zcrx
 [ -f "$SRC" ] || die "no kernel tree; run scripts/kernel.sh"

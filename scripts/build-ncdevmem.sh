@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 B=$(build_dir "$flavour")
-KSRC=$ZCRX_CACHE/linux/src
+KSRC=$KLINUX/src
 SRC=$KSRC/tools/testing/selftests/drivers/net/hw/ncdevmem.c
 OUT=$B/ncdevmem
 Y=$B/ynl

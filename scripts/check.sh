@@ -98,7 +98,7 @@ host_check() {
 # (edition 2021), from the crate root through every `mod`.
 module_rustfmt() {
 	command -v rustfmt >/dev/null || { echo "rustfmt not found"; return 1; }
-	rustfmt --config-path "$ZCRX_CACHE/linux/src/.rustfmt.toml" --edition 2021 \
+	rustfmt --config-path "$KLINUX/src/.rustfmt.toml" --edition 2021 \
 		--check "$ZCRX_TOP/rust/zcrx_rs.rs"
 }
 

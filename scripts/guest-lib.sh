@@ -12,7 +12,7 @@
 
 : "${ZCRX_BUILD:?run through scripts/vm.sh}"
 : "${ZCRX_CACHE:?run through scripts/vm.sh}"
-KSRC=$ZCRX_CACHE/linux/src
+KSRC=$ZCRX_BUILD/source   # the booted kernel's tree (7.2 or 7.3)
 YNL="/usr/bin/python3 $KSRC/tools/net/ynl/pyynl/cli.py --no-schema"
 
 # netdevsim puts its DMA addresses this far above the physical ones (its

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Fetch, patch, configure and build the zcrx-rs test kernel (Linux 7.2.x).
+# Fetch, patch, configure and build the zcrx-rs test kernel (Linux 7.2.x, or
+# 7.3.x with KVER=7.3: see scripts/lib.sh).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -10,8 +11,9 @@ usage() {
 usage: scripts/kernel.sh [--flavour fast|debug|pristine] [--force] [STEP...]
 
 Steps (default: all of them, in order):
-  source   unpack linux-source-7.2 into \$ZCRX_CACHE/linux/src (a git tree,
-           tagged 'pristine') and apply scripts/patches/series on top
+  source   unpack linux-source-\$KVER into \$ZCRX_CACHE/linux/src (7.3:
+           linux-7.3/src; a git tree, tagged 'pristine') and apply
+           scripts/patches/series (7.3: scripts/patches-7.3/series) on top
   config   allnoconfig + scripts/config/base.config + scripts/config/FLAVOUR.config;
            fails if any requested option did not make it into .config
   build    bzImage + modules + headers_install, with LLVM=$LLVM_SUFFIX
@@ -55,16 +57,16 @@ case " $steps " in
 esac
 steps=${steps:-"source config build"}
 
-SRC=$ZCRX_CACHE/linux/src
-[ "$flavour" = pristine ] && SRC=$ZCRX_CACHE/linux/pristine-src
+SRC=$KLINUX/src
+[ "$flavour" = pristine ] && SRC=$KLINUX/pristine-src
 B=$(build_dir "$flavour")
-PATCHES=$ZCRX_TOP/scripts/patches
+PATCHES=$PATCHES_DIR
 git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
 
 do_source() {
 	local debver tarball sh head_sh
-	debver=$(cat "$ZCRX_CACHE/linux/deb-version" 2>/dev/null) ||
-		die "linux-source-7.2 is not downloaded; run scripts/toolchain.sh"
+	debver=$(cat "$KLINUX/deb-version" 2>/dev/null) ||
+		die "$KSRC_PKG is not downloaded; run scripts/toolchain.sh (with the same KVER)"
 	if [ "$flavour" = pristine ]; then
 		do_source_pristine "$debver"
 		return
@@ -88,7 +90,7 @@ source_current() {
 
 do_source_locked() {
 	local debver=$1 tarball sh head_sh
-	tarball=$(ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* | head -1)
+	tarball=$(ls "$KLINUX"/root/usr/src/"$KSRC_PKG".tar.* | head -1)
 	if [ "$(cat "$SRC/.git/zcrx-deb-version" 2>/dev/null)" != "$debver" ]; then
 		stage_begin kernel-unpack
 		rm -rf "$SRC"
@@ -142,7 +144,7 @@ do_source_pristine() {
 		return
 	fi
 	stage_begin kernel-unpack-pristine
-	tarball=$(ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* | head -1)
+	tarball=$(ls "$KLINUX"/root/usr/src/"$KSRC_PKG".tar.* | head -1)
 	rm -rf "$SRC"
 	mkdir -p "$SRC"
 	tar -xf "$tarball" -C "$SRC" --strip-components=1
@@ -163,7 +165,7 @@ frag_file() { echo "$B/zcrx-fragment.config"; }
 do_config() {
 	local key frag missing=
 	kbuild_env
-	key="$(cat "$ZCRX_CACHE/linux/deb-version") $(config_hash "$flavour") $(src_id)"
+	key="$(cat "$KLINUX/deb-version") $(config_hash "$flavour") $(src_id)"
 	mkdir -p "$B"
 	if [ "$(cat "$B/.zcrx-config-key" 2>/dev/null)" = "$key" ] && [ -f "$B/.config" ] && [ -z "$force" ]; then
 		msg "kernel config ($flavour) up to date"
@@ -225,7 +227,10 @@ do_build() {
 	  done ) 8>&- 9>&- &   # not the locks: an orphaned sleep would hold them
 	local ticker=$!
 	local rc=0
-	make -C "$SRC" O="$B" -j"$jobs" bzImage modules > "$B/build.log" 2>&1 || rc=$?
+	# Not the caller's make flags: under `make -s` the kernel's make would
+	# be silent, and the log and the progress line above empty.
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		make -C "$SRC" O="$B" -j"$jobs" bzImage modules > "$B/build.log" 2>&1 || rc=$?
 	kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
 	if [ $rc -ne 0 ]; then
 		grep -E -B2 -A8 'error[:\[]|Error [0-9]' "$B/build.log" | tail -60 >&2

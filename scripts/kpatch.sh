@@ -7,7 +7,10 @@ set -euo pipefail
 
 usage() {
 	cat <<USAGE
-usage: scripts/kpatch.sh dev|export|checkpatch|versions|split-check|send
+usage: [KVER=7.3] scripts/kpatch.sh dev|export|checkpatch|versions|split-check|send
+
+The series of KVER (scripts/lib.sh): scripts/patches for 7.2 (default),
+scripts/patches-7.3 for 7.3, each in its own tree and worktrees.
 
   dev         create (or reset) the worktree \$ZCRX_CACHE/linux/dev, branch
               'dev' = pristine 7.2 + scripts/patches/series applied with git am.
@@ -39,9 +42,9 @@ usage: scripts/kpatch.sh dev|export|checkpatch|versions|split-check|send
               request)
 USAGE
 }
-SRC=$ZCRX_CACHE/linux/src
-DEV=$ZCRX_CACHE/linux/dev
-P=$ZCRX_TOP/scripts/patches
+SRC=$KLINUX/src
+DEV=$KLINUX/dev
+P=$PATCHES_DIR
 PATCHES=$(grep -v -e '^#' -e '^$' "$P/series")
 PARTS="net net-next rfc local"
 
@@ -75,25 +78,25 @@ am_patches() {
 }
 # A detached worktree of the cached tree at 'pristine', for one job.
 scratch_tree() {
-	local w=$ZCRX_CACHE/linux/$1
+	local w=$KLINUX/$1
 	git -C "$SRC" worktree remove -f "$w" 2>/dev/null || rm -rf "$w"
 	git -C "$SRC" worktree prune
 	git -C "$SRC" worktree add -q -f --detach "$w" pristine
 	echo "$w"
 }
 
-# Applies the series to the linux-source-7.2 .deb of version $1.
+# Applies the series to the $KSRC_PKG .deb of version $1.
 check_version() {
 	local v=$1 d=$ZCRX_CACHE/versions/$1 files p ok=0
 	mkdir -p "$d"
-	if ! ls "$d"/linux-source-7.2_*.deb >/dev/null 2>&1; then
-		(cd "$d" && apt_x download "linux-source-7.2=$v" >/dev/null) ||
-			{ warn "$v: cannot download linux-source-7.2=$v (run scripts/toolchain.sh first?)"; return 1; }
+	if ! ls "$d"/"$KSRC_PKG"_*.deb >/dev/null 2>&1; then
+		(cd "$d" && apt_x download "$KSRC_PKG=$v" >/dev/null) ||
+			{ warn "$v: cannot download $KSRC_PKG=$v (run scripts/toolchain.sh first?)"; return 1; }
 	fi
 	files=$(cd "$P" && cat $PATCHES | sed -n 's|^--- a/||p' | sort -u)
 	rm -rf "$d/tree" && mkdir -p "$d/tree"
-	dpkg-deb --fsys-tarfile "$d"/linux-source-7.2_*.deb | tar -xO ./usr/src/linux-source-7.2.tar.xz |
-		tar -xJ -C "$d/tree" --strip-components=1 $(printf 'linux-source-7.2/%s ' $files) ||
+	dpkg-deb --fsys-tarfile "$d"/"$KSRC_PKG"_*.deb | tar -xO ./usr/src/"$KSRC_PKG".tar.xz |
+		tar -xJ -C "$d/tree" --strip-components=1 $(printf "$KSRC_PKG/%s " $files) ||
 		{ warn "$v: cannot unpack the files the series touches"; return 1; }
 	for p in $PATCHES; do
 		if git -C "$d/tree" apply "$P/$p" 2>"$d/err"; then
@@ -142,7 +145,7 @@ $stray"
 		for p in $(part_patches "$part"); do part_of[$(slug "$p")]=$part; done
 	done
 	{
-		echo "# zcrx-rs kernel patch series, applied in order on top of linux-source-7.2"
+		echo "# zcrx-rs kernel patch series, applied in order on top of $KSRC_PKG"
 		echo "# by scripts/kernel.sh. One \`git format-patch\` file per line. A \"## PART\""
 		echo "# line starts what goes to one tree (make patches): net (fixes of"
 		echo "# upstream bugs), net-next (netdevsim), rfc (what an out-of-tree"
@@ -214,13 +217,15 @@ send)
 		die "the patches go out under the sender's name: set git config user.name and user.email in $ZCRX_TOP (or GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL); '$email' is not an address that can send" ;;
 	esac
 	[ -n "$name" ] || die "set git config user.name (or GIT_AUTHOR_NAME)"
+	debver=$(cat "$KLINUX/deb-version")
+	kernel="Linux ${debver%%-*} (Debian $KSRC_PKG $debver)"
 	W=$(scratch_tree send)
 	rm -rf "$out"
 	base=pristine
 	for part in $PARTS; do
 		[ "$part" != local ] || continue   # ours: not sent
 		part_patches "$part" | am_patches "$W" "$name <$email>"
-		cover=$P/cover/$part
+		cover=$P/cover/$part   # scripts/patches{,-7.3}/cover
 		[ -f "$cover" ] || die "no cover letter for $part: $cover"
 		case $part in
 		net) prefix="PATCH net" ;;
@@ -232,15 +237,16 @@ send)
 			--zero-commit --no-signature ${SIGNOFF:+--signoff} "$base"..HEAD
 		# the cover letter: its subject (the first line of $cover) and text
 		subject=$(head -1 "$cover")
-		python3 - "$out/$part/0000-cover-letter.patch" "$cover" "$subject" <<'PY'
+		python3 - "$out/$part/0000-cover-letter.patch" "$cover" "$subject" "$kernel" <<'PY'
 import os, sys
-path, cover, subject = sys.argv[1:]
+path, cover, subject, kernel = sys.argv[1:]
 text = open(path).read()
 blurb = open(cover).read().split('\n', 1)[1].strip('\n')
 if os.environ.get('SIGNOFF'):
     # the sender signed off: the note for the sender goes
     blurb = blurb.split('\nThe patches carry no Signed-off-by')[0].rstrip('\n')
 text = text.replace('*** SUBJECT HERE ***', subject).replace('*** BLURB HERE ***', blurb)
+text = text.replace('@KERNEL@', kernel)
 open(path, 'w').write(text)
 PY
 		base=$(git -C "$W" rev-parse HEAD)

@@ -5,10 +5,35 @@
 ZCRX_CACHE=${ZCRX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zcrx-rs}
 ZCRX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Pinned versions. The kernel falls back to the other 7.2.x builds the
-# mirror may still carry; the patch series must apply to all of them.
-# (7.2.9 is not: it lacks the stable change around patch 14's hunk.)
-KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.2.12-1~bpo13+1 7.2.13-1 7.2.11-1~bpo13+1"}
+# The kernel zcrx-rs is built and tested on: KVER=7.2 (the default) or
+# KVER=7.3. Each has its own Debian linux-source package, patch series,
+# source tree and build directories, so both can be kept in the cache:
+#   KLINUX   the unpacked .deb, the tree (src) and its worktrees
+#   KBUILDS  one build directory per flavour
+# Pinned versions: the kernel falls back to the other builds the mirror
+# may still carry; the series must apply to all of them. (7.2.9 is not
+# one: it lacks the stable change around patch 14's hunk.)
+KVER=${KVER:-7.2}
+case $KVER in
+7.2)
+	KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.2.12-1~bpo13+1 7.2.13-1 7.2.11-1~bpo13+1"}
+	KLINUX=$ZCRX_CACHE/linux
+	KBUILDS=$ZCRX_CACHE/build
+	PATCHES_DIR=$ZCRX_TOP/scripts/patches
+	;;
+7.3)
+	KERNEL_DEB_VERSIONS=${KERNEL_DEB_VERSIONS:-"7.3.4-1~bpo13+1"}
+	KLINUX=$ZCRX_CACHE/linux-7.3
+	KBUILDS=$ZCRX_CACHE/build-7.3
+	PATCHES_DIR=$ZCRX_TOP/scripts/patches-7.3
+	;;
+*)
+	printf 'error: KVER=%s: zcrx-rs builds for KVER=7.2 or KVER=7.3\n' "$KVER" >&2
+	exit 2
+	;;
+esac
+# The Debian package of the kernel source: linux-source-$KVER.
+KSRC_PKG=linux-source-$KVER
 RUST_SRC_DEB_PREFIX="+dfsg1-"          # rust-src=<rustc version>+dfsg1-<debian rev>
 BINDGEN_VERSION=0.72.1
 VIRTME_NG_VERSION=1.42
@@ -104,7 +129,7 @@ kbuild_env() {
 
 # Hash of the inputs that define a kernel build (patch series + config fragments).
 series_hash() {
-	(cd "$ZCRX_TOP/scripts/patches" && cat series $(grep -v '^#' series 2>/dev/null)) |
+	(cd "$PATCHES_DIR" && cat series $(grep -v '^#' series 2>/dev/null)) |
 		sha256sum | cut -c1-12
 }
 # The config fragments of a flavour, in order: base.config and its own; the
@@ -121,5 +146,5 @@ config_hash() {
 	# shellcheck disable=SC2046 # a list of paths without spaces
 	cat $(config_frags "$1") | sha256sum | cut -c1-12
 }
-kernel_version_file() { echo "$ZCRX_CACHE/linux/version"; }
-build_dir() { echo "$ZCRX_CACHE/build/$1"; }
+kernel_version_file() { echo "$KLINUX/version"; }
+build_dir() { echo "$KBUILDS/$1"; }

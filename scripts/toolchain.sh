@@ -27,7 +27,7 @@ $(echo $PKGS | fold -s -w 70 | sed 's/ *$//; s/^/     /')
      suites ($EXTRA_SUITES) for *download only*. The system's apt sources are
      never touched; the private config also pins those suites at -1, so
      nothing can be installed or upgraded from them even by accident.
-  3. rust-src equal to \`rustc --version\` (downloaded + unpacked), linux-source-7.2
+  3. rust-src equal to \`rustc --version\` (downloaded + unpacked), linux-source-KVER (7.2, or 7.3 with KVER=7.3)
      (pinned: ${KERNEL_DEB_VERSIONS%% *}, with fallbacks), liburing-dev (for the
      in-tree io_uring zcrx selftest program), ethtool (a current one for the
      tree's own selftests; bookworm's cannot set header split)
@@ -105,7 +105,7 @@ need_download=
 rustc_ver=$(rustc --version 2>/dev/null | awk '{print $2}') ||
 	die "rustc not found; the machine's rustup toolchain must be on PATH"
 [ -e "$ZCRX_CACHE/rust-src/$rustc_ver/.unpacked" ] || need_download=1
-[ -e "$ZCRX_CACHE/linux/.unpacked" ] || need_download=1
+[ -e "$KLINUX/.unpacked" ] || need_download=1
 [ -e "$ZCRX_CACHE/liburing/.unpacked" ] || need_download=1
 [ -e "$ZCRX_CACHE/ethtool/.unpacked" ] || need_download=1
 if [ -n "$need_download" ] && ! apt_lists_fresh; then
@@ -124,30 +124,30 @@ lib=$ZCRX_CACHE/rust-src/$rustc_ver/root/usr/src/rustc-$rustc_ver/library
 [ -d "$lib/core" ] || die "rust-src for $rustc_ver unpacked, but $lib/core is missing"
 echo "$lib" > "$ZCRX_CACHE/rust-lib-src"
 
-# --- 3b. linux-source-7.2 -------------------------------------------------
-if [ ! -e "$ZCRX_CACHE/linux/.unpacked" ]; then
-	avail=$(versions_of linux-source-7.2)
+# --- 3b. linux-source-$KVER (7.2 unless KVER=7.3) ------------------------
+if [ ! -e "$KLINUX/.unpacked" ]; then
+	avail=$(versions_of $KSRC_PKG)
 	chosen=
 	for v in $KERNEL_DEB_VERSIONS; do
 		if echo "$avail" | grep -qxF "$v"; then chosen=$v; break; fi
-		warn "linux-source-7.2=$v is not on the mirror any more; trying the next pinned version"
+		warn "$KSRC_PKG=$v is not on the mirror any more; trying the next pinned version"
 	done
-	[ -n "$chosen" ] || die "none of the pinned linux-source-7.2 versions ($KERNEL_DEB_VERSIONS) is available; the mirror has: $(echo $avail)
+	[ -n "$chosen" ] || die "none of the pinned $KSRC_PKG versions ($KERNEL_DEB_VERSIONS) is available; the mirror has: $(echo $avail)
 Add one of those to KERNEL_DEB_VERSIONS in scripts/lib.sh after checking the patch series applies."
-	msg "linux-source-7.2 $chosen (~160 MB)"
-	rm -rf "$ZCRX_CACHE/linux"
-	fetch_deb linux-source-7.2 "$chosen" "$ZCRX_CACHE/linux" || die "download of linux-source-7.2=$chosen failed"
-	echo "$chosen" > "$ZCRX_CACHE/linux/deb-version"
+	msg "$KSRC_PKG $chosen (~160 MB)"
+	rm -rf "$KLINUX"
+	fetch_deb $KSRC_PKG "$chosen" "$KLINUX" || die "download of $KSRC_PKG=$chosen failed"
+	echo "$chosen" > "$KLINUX/deb-version"
 fi
-ls "$ZCRX_CACHE"/linux/root/usr/src/linux-source-7.2.tar.* >/dev/null 2>&1 ||
-	die "linux-source-7.2 unpacked, but no usr/src/linux-source-7.2.tar.* inside"
+ls "$KLINUX"/root/usr/src/$KSRC_PKG.tar.* >/dev/null 2>&1 ||
+	die "$KSRC_PKG unpacked, but no usr/src/$KSRC_PKG.tar.* inside"
 
 # The kernel tree is unpacked (~1 min, mostly one core) while bindgen
 # compiles below: on a fresh machine the two overlap.
 unpack_pid=
-if [ "$(cat "$ZCRX_CACHE/linux/src/.git/zcrx-deb-version" 2>/dev/null)" != "$(cat "$ZCRX_CACHE/linux/deb-version")" ]; then
-	msg "unpacking the kernel tree in the background (log: $ZCRX_CACHE/linux/unpack.log)"
-	"$ZCRX_TOP/scripts/kernel.sh" --flavour fast source > "$ZCRX_CACHE/linux/unpack.log" 2>&1 9>&- &
+if [ "$(cat "$KLINUX/src/.git/zcrx-deb-version" 2>/dev/null)" != "$(cat "$KLINUX/deb-version")" ]; then
+	msg "unpacking the kernel tree in the background (log: $KLINUX/unpack.log)"
+	"$ZCRX_TOP/scripts/kernel.sh" --flavour fast source > "$KLINUX/unpack.log" 2>&1 9>&- &
 	unpack_pid=$!
 	trap '[ -z "$unpack_pid" ] || kill "$unpack_pid" 2>/dev/null' EXIT
 fi
@@ -198,7 +198,7 @@ if [ "$("$VENV/bin/vng" --version 2>/dev/null | awk '{print $2}')" != "$VIRTME_N
 fi
 
 if [ -n "$unpack_pid" ] && ! wait "$unpack_pid"; then
-	warn "unpacking the kernel tree failed (log: $ZCRX_CACHE/linux/unpack.log); scripts/kernel.sh will retry"
+	warn "unpacking the kernel tree failed (log: $KLINUX/unpack.log); scripts/kernel.sh will retry"
 fi
 unpack_pid=
 stage_end

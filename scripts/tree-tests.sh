@@ -23,7 +23,7 @@ no_args "$@"
 
 fl=${FLAVOUR:-fast}
 B=$(build_dir "$fl")
-SRC=$ZCRX_CACHE/linux/src
+SRC=$KLINUX/src
 [ -f "$B/drivers/net/netdevsim/netdevsim.ko" ] || die "no $fl kernel build at $B (make FLAVOUR=$fl kernel)"
 git -C "$SRC" rev-parse -q --verify pristine >/dev/null || die "no pristine tag in $SRC (scripts/kernel.sh source)"
 
@@ -95,7 +95,7 @@ gcc -O2 -Wall -I"$B/usr-headers/include" -I"$SRC/tools/testing/selftests/net/lib
 	die "the tree's xdp_helper.c did not build"
 
 stock=$B/nsim-stock
-msg "building the stock netdevsim of $(cat "$ZCRX_CACHE/linux/deb-version") against the $fl kernel"
+msg "building the stock netdevsim of $(cat "$KLINUX/deb-version") against the $fl kernel"
 rm -rf "$stock"
 mkdir -p "$stock"
 git -C "$SRC" archive pristine drivers/net/netdevsim | tar -x -C "$stock"
@@ -123,7 +123,7 @@ if [ "${TREE_BASELINE:-0}" = 1 ] && [ -n "$plain" ]; then
 	"$ZCRX_TOP/scripts/kernel.sh" --flavour pristine
 	PB=$(build_dir pristine)
 	printf "mod:pristine:%s\n%s\n" "$PB/drivers/net/netdevsim/netdevsim.ko" "$plain" >"$logs/args"
-	msg "running $(echo "$plain" | wc -l) tree selftests on the pristine $(cat "$ZCRX_CACHE/linux/deb-version") kernel"
+	msg "running $(echo "$plain" | wc -l) tree selftests on the pristine $(cat "$KLINUX/deb-version") kernel"
 	"$ZCRX_TOP/scripts/vm.sh" --flavour pristine --name tree-tests-pristine \
 		--timeout $(($(echo "$plain" | wc -l) * 150 + 300)) \
 		--rwdir "$logs" -- bash "$ZCRX_TOP/scripts/guest-tree-tests.sh" "$SRC" "$logs" || vmrc=$?

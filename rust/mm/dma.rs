@@ -191,6 +191,15 @@ enum Mapped {
     },
 }
 
+/// `DMA_FROM_DEVICE`: a constant of the enum's own name up to 7.2, a
+/// variant of the newtype enum bindgen makes of it from 7.3 on.
+#[cfg(not(zcrx_dma_dir_newtype))]
+pub(crate) const FROM_DEVICE: bindings::dma_data_direction = bindings::dma_data_direction_DMA_FROM_DEVICE;
+/// `DMA_FROM_DEVICE`: a constant of the enum's own name up to 7.2, a
+/// variant of the newtype enum bindgen makes of it from 7.3 on.
+#[cfg(zcrx_dma_dir_newtype)]
+pub(crate) const FROM_DEVICE: bindings::dma_data_direction = bindings::dma_data_direction::DMA_FROM_DEVICE;
+
 /// Receive memory mapped `DMA_FROM_DEVICE` for `dev`.
 ///
 /// # Invariants
@@ -236,7 +245,7 @@ impl DmaMapping {
             bindings::dma_map_sgtable(
                 dev.as_raw(),
                 sgt.get(),
-                bindings::dma_data_direction_DMA_FROM_DEVICE,
+                FROM_DEVICE,
                 ATTRS,
             )
         };
@@ -265,7 +274,7 @@ impl DmaMapping {
         let sgt = kernel::error::from_err_ptr(unsafe {
             bindings::dma_buf_map_attachment_unlocked(
                 attach.as_ptr(),
-                bindings::dma_data_direction_DMA_FROM_DEVICE,
+                FROM_DEVICE,
             )
         });
         let sgt = match sgt.map(NonNull::new) {
@@ -328,7 +337,7 @@ impl Drop for DmaMapping {
                     bindings::dma_unmap_sgtable(
                         self.dev.as_raw(),
                         sgt.get(),
-                        bindings::dma_data_direction_DMA_FROM_DEVICE,
+                        FROM_DEVICE,
                         ATTRS,
                     );
                     bindings::sg_free_table(sgt.get());
@@ -342,7 +351,7 @@ impl Drop for DmaMapping {
                     bindings::dma_buf_unmap_attachment_unlocked(
                         attach.as_ptr(),
                         sgt.as_ptr(),
-                        bindings::dma_data_direction_DMA_FROM_DEVICE,
+                        FROM_DEVICE,
                     );
                     bindings::dma_buf_detach(buf.0.as_ptr(), attach.as_ptr());
                 }

@@ -82,7 +82,7 @@ impl PagePool {
 
     /// Whether the pool's buffers are only written by the device.
     pub(crate) fn dma_from_device(&self) -> bool {
-        self.dma_dir() == bindings::dma_data_direction_DMA_FROM_DEVICE
+        self.dma_dir() == crate::mm::dma::FROM_DEVICE
     }
 
     /// Buffer order (0: one page).

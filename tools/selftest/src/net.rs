@@ -310,6 +310,14 @@ impl Drop for Nsim {
     }
 }
 
+/// The source tree of the kernel under test (YNL, specs): the build
+/// directory's `source` link, so that it is the tree of whichever kernel
+/// (7.2 or 7.3) the VM booted.
+pub fn ksrc() -> Result<String, String> {
+    let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
+    Ok(format!("{build}/source"))
+}
+
 /// The ethtool the toolchain fetched (bookworm's 6.1 cannot create RSS
 /// contexts or set header split by netlink; the newer one can).
 pub fn ethtool() -> Result<String, String> {

@@ -41,8 +41,7 @@ for p in ynl.dump('page-pool-get', {'ifindex': ifindex}):
 
 /// `(kind, id, name, len)` of every line of [`DUMP`] for `ifindex` in `NS_A`.
 fn dump(ifindex: u32) -> Result<Vec<(String, u32, String, u64)>, String> {
-    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
-    let ksrc = format!("{cache}/linux/src");
+    let ksrc = net::ksrc()?;
     let out = join(in_netns(NS_A, move || net::run("/usr/bin/python3", &["-c", DUMP, &ksrc, &ifindex.to_string()], "")))?;
     out.lines()
         .map(|l| {

@@ -269,8 +269,7 @@ fn context_traffic(ifindex: u32) -> Result<String, String> {
         t.join().map_err(|_| "sender panicked")??;
     }
     // queue -> NAPI id, from the netdev family
-    let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
-    let ksrc = format!("{cache}/linux/src");
+    let ksrc = net::ksrc()?;
     let out = net::run("/usr/bin/python3", &["-c", QUEUE_NAPIS, &ksrc, &ifindex.to_string()], "")?;
     let mut queue_of = std::collections::HashMap::new();
     for l in out.lines() {
@@ -335,8 +334,7 @@ struct Qstats {
 impl Qstats {
     fn start(ifindex: u32) -> Result<Qstats, String> {
         use std::process::{Command, Stdio};
-        let cache = std::env::var("ZCRX_CACHE").map_err(|_| "ZCRX_CACHE not set (run in the VM)")?;
-        let ksrc = format!("{cache}/linux/src");
+        let ksrc = net::ksrc()?;
         // spawned from a thread in NS_A: the process and its netlink
         // socket live there
         let mut child = join(in_netns(NS_A, move || {
