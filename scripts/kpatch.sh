@@ -67,6 +67,8 @@ slug() { echo "${1#[0-9][0-9][0-9][0-9]-}"; }
 # the From: of each replaced by $2 when given.
 am_patches() {
 	local w=$1 from=${2:-} p
+	# the sender's name and address, escaped for sed's replacement
+	from=$(printf '%s' "$from" | sed 's/[\/&]/\\&/g')
 	while read -r p; do
 		if [ -n "$from" ]; then
 			sed "1,/^\$/s/^From: .*/From: $from/" "$P/$p"
@@ -194,9 +196,12 @@ split-check)
 	for part in $PARTS; do
 		part_patches "$part" | am_patches "$W"
 		msg "$part: $(upto_patches "$part" | wc -l) patches (up to and with $part) apply to pristine with git am"
-		[ -n "$build" ] && [ "$part" != rfc ] || continue
+		# built: net alone, and net with net-next (not the RFC, not local)
+		[ -n "$build" ] || continue
+		case $part in net|net-next) ;; *) continue ;; esac
 		kbuild_env
-		B=$ZCRX_CACHE/build/split
+		cache_lock build-split
+		B=$KBUILDS/split
 		mkdir -p "$B"
 		cp "$(build_dir fast)/.config" "$B/.config" ||
 			die "no fast kernel config to build with; run scripts/kernel.sh --flavour fast config"
@@ -219,6 +224,12 @@ send)
 	[ -n "$name" ] || die "set git config user.name (or GIT_AUTHOR_NAME)"
 	debver=$(cat "$KLINUX/deb-version")
 	kernel="Linux ${debver%%-*} (Debian $KSRC_PKG $debver)"
+	signoff=
+	case ${SIGNOFF:-0} in
+	1) signoff=--signoff ;;
+	0) ;;
+	*) die "SIGNOFF=1 adds your Signed-off-by:, SIGNOFF=0 (the default) does not; not '$SIGNOFF'" ;;
+	esac
 	W=$(scratch_tree send)
 	rm -rf "$out"
 	base=pristine
@@ -234,7 +245,7 @@ send)
 		esac
 		git -C "$W" -c user.name="$name" -c user.email="$email" -c core.abbrev=12 \
 			format-patch -q -o "$out/$part" --cover-letter --subject-prefix="$prefix" \
-			--zero-commit --no-signature ${SIGNOFF:+--signoff} "$base"..HEAD
+			--zero-commit --no-signature $signoff "$base"..HEAD
 		# the cover letter: its subject (the first line of $cover) and text
 		subject=$(head -1 "$cover")
 		python3 - "$out/$part/0000-cover-letter.patch" "$cover" "$subject" "$kernel" <<'PY'
@@ -242,7 +253,7 @@ import os, sys
 path, cover, subject, kernel = sys.argv[1:]
 text = open(path).read()
 blurb = open(cover).read().split('\n', 1)[1].strip('\n')
-if os.environ.get('SIGNOFF'):
+if os.environ.get('SIGNOFF') == '1':
     # the sender signed off: the note for the sender goes
     blurb = blurb.split('\nThe patches carry no Signed-off-by')[0].rstrip('\n')
 text = text.replace('*** SUBJECT HERE ***', subject).replace('*** BLURB HERE ***', blurb)
@@ -253,7 +264,7 @@ PY
 		msg "$part: $(ls "$out/$part" | grep -vc '^0000-') patches and a cover letter in $out/$part (\"[$prefix]\")"
 	done
 	git -C "$SRC" worktree remove -f "$W"
-	[ -n "${SIGNOFF:-}" ] || msg "no Signed-off-by: add yours (SIGNOFF=1) once you can certify the DCO for every patch"
+	[ -n "$signoff" ] || msg "no Signed-off-by: add yours (SIGNOFF=1) once you can certify the DCO for every patch"
 	;;
 -h|--help) usage ;;
 *) usage >&2; exit 2 ;;

@@ -194,11 +194,13 @@ enum Mapped {
 /// `DMA_FROM_DEVICE`: a constant of the enum's own name up to 7.2, a
 /// variant of the newtype enum bindgen makes of it from 7.3 on.
 #[cfg(not(zcrx_dma_dir_newtype))]
-pub(crate) const FROM_DEVICE: bindings::dma_data_direction = bindings::dma_data_direction_DMA_FROM_DEVICE;
+pub(crate) const FROM_DEVICE: bindings::dma_data_direction =
+    bindings::dma_data_direction_DMA_FROM_DEVICE;
 /// `DMA_FROM_DEVICE`: a constant of the enum's own name up to 7.2, a
 /// variant of the newtype enum bindgen makes of it from 7.3 on.
 #[cfg(zcrx_dma_dir_newtype)]
-pub(crate) const FROM_DEVICE: bindings::dma_data_direction = bindings::dma_data_direction::DMA_FROM_DEVICE;
+pub(crate) const FROM_DEVICE: bindings::dma_data_direction =
+    bindings::dma_data_direction::DMA_FROM_DEVICE;
 
 /// Receive memory mapped `DMA_FROM_DEVICE` for `dev`.
 ///
@@ -241,14 +243,7 @@ impl DmaMapping {
         };
         kernel::error::to_result(ret)?;
         // SAFETY: the table was just allocated for live pages; `dev` is live.
-        let ret = unsafe {
-            bindings::dma_map_sgtable(
-                dev.as_raw(),
-                sgt.get(),
-                FROM_DEVICE,
-                ATTRS,
-            )
-        };
+        let ret = unsafe { bindings::dma_map_sgtable(dev.as_raw(), sgt.get(), FROM_DEVICE, ATTRS) };
         if ret < 0 {
             // SAFETY: allocated above, not mapped.
             unsafe { bindings::sg_free_table(sgt.get()) };
@@ -272,10 +267,7 @@ impl DmaMapping {
         // SAFETY: `attach` was just made for this dma-buf; mapping without
         // the reservation lock held is what the `_unlocked` variant is for.
         let sgt = kernel::error::from_err_ptr(unsafe {
-            bindings::dma_buf_map_attachment_unlocked(
-                attach.as_ptr(),
-                FROM_DEVICE,
-            )
+            bindings::dma_buf_map_attachment_unlocked(attach.as_ptr(), FROM_DEVICE)
         });
         let sgt = match sgt.map(NonNull::new) {
             Ok(Some(sgt)) => sgt,
@@ -334,12 +326,7 @@ impl Drop for DmaMapping {
                 // SAFETY: by the type invariant the table is mapped for
                 // `dev` with `ATTRS` and allocated by us.
                 unsafe {
-                    bindings::dma_unmap_sgtable(
-                        self.dev.as_raw(),
-                        sgt.get(),
-                        FROM_DEVICE,
-                        ATTRS,
-                    );
+                    bindings::dma_unmap_sgtable(self.dev.as_raw(), sgt.get(), FROM_DEVICE, ATTRS);
                     bindings::sg_free_table(sgt.get());
                 }
             }

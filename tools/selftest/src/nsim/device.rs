@@ -230,22 +230,37 @@ pub(super) fn ntuple_context_rule_keeps_its_queues(env: &Env) -> Outcome {
 }
 
 /// Connections of [`ntuple_context_rule_keeps_its_queues`]'s rule.
-const CONTEXT_FLOWS: u16 = 8;
+/// (16: with RSS spreading them over two queues, both get flows but in
+/// one run of 2^15.)
+const CONTEXT_FLOWS: u16 = 16;
 
 /// Traffic through the rule "context C action 2" (C spreading on queues
 /// 0-1), in `NS_A`: [`CONTEXT_FLOWS`] connections from `nsb` to port 5000,
 /// each received byte-exact (64 KiB of its own data), and each socket's
 /// NAPI (`SO_INCOMING_NAPI_ID`) must be that of queue 2 or 3, from the
-/// netdev family's `queue-get` (the tree's YNL). Returns how the flows
-/// spread.
+/// netdev family's `queue-get` (the tree's YNL), and both queues must get
+/// flows (the context's spread, not only the rule's queue). Returns how
+/// the flows spread.
 fn context_traffic(ifindex: u32) -> Result<String, String> {
     const PER: u64 = 64 << 10;
     let base = 0x5eed_c0de;
     let l = std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, 5000)).map_err(|e| format!("listen :5000: {e}"))?;
     let senders: Vec<_> = (0..CONTEXT_FLOWS).map(|i| net::flow_sender(net::addr_a(true, 5000), PER, base, usize::from(i % 2))).collect();
     let mut napis = Vec::new();
+    // flows the rule loses must fail the test, not hang it
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
     for _ in 0..CONTEXT_FLOWS {
-        let (mut s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        let (mut s, peer) = loop {
+            match l.accept() {
+                Ok(c) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && t0.elapsed() < Duration::from_secs(60) => {
+                    sleep(Duration::from_millis(10))
+                }
+                Err(e) => return Err(format!("accept (after {} of {CONTEXT_FLOWS} flows): {e}", napis.len())),
+            }
+        };
+        s.set_nonblocking(false).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let mut got = Vec::new();
         std::io::Read::read_to_end(&mut s, &mut got).map_err(|e| format!("read from {peer}: {e}"))?;
@@ -285,6 +300,12 @@ fn context_traffic(ifindex: u32) -> Result<String, String> {
             Some(q) => return Err(format!("a flow of the rule reached queue {q} (NAPI {napi}), not 2 or 3")),
             None => return Err(format!("NAPI {napi} of a flow is no rx queue's ({out:?})")),
         }
+    }
+    if per_queue[2] == 0 || per_queue[3] == 0 {
+        return Err(format!(
+            "the context spreads over two queues, but its {CONTEXT_FLOWS} flows went to queue 2: {}, queue 3: {}",
+            per_queue[2], per_queue[3]
+        ));
     }
     Ok(format!(
         "{CONTEXT_FLOWS} flows through the rule byte-exact, {} on queue 2 and {} on queue 3 (none on 0-1)",
