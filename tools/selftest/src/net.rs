@@ -318,6 +318,23 @@ pub fn ksrc() -> Result<String, String> {
     Ok(format!("{build}/source"))
 }
 
+/// The start of a Python script on the tree's YNL library
+/// (`tools/net/ynl/pyynl`) for the netdev family: it takes the kernel tree
+/// and an ifindex as arguments, and leaves `ynl` and `ifindex` set.
+pub const NETDEV_YNL: &str = "import sys
+ksrc, ifindex = sys.argv[1], int(sys.argv[2])
+sys.path.append(ksrc + '/tools/net/ynl/pyynl')
+from lib import YnlFamily
+ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
+";
+
+/// Runs [`NETDEV_YNL`] followed by `body` for `ifindex`, in the caller's
+/// network namespace; its output.
+pub fn netdev_ynl(body: &str, ifindex: u32) -> Result<String, String> {
+    let script = format!("{NETDEV_YNL}{body}");
+    run("/usr/bin/python3", &["-c", &script, &ksrc()?, &ifindex.to_string()], "")
+}
+
 /// The ethtool the toolchain fetched (bookworm's 6.1 cannot create RSS
 /// contexts or set header split by netlink; the newer one can).
 pub fn ethtool() -> Result<String, String> {

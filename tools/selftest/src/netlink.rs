@@ -18,16 +18,11 @@ use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[("netlink_dumps_show_provider", netlink_dumps_show_provider)];
 
-/// Dumps the rx queues and live page pools of `ifindex` with the tree's
-/// YNL library (run in the caller's network namespace): one line each,
+/// After [`net::NETDEV_YNL`]: dumps the rx queues and live page pools of
+/// `ifindex` (run in the caller's network namespace): one line each,
 /// `queue ID NAME LEN` / `pool ID NAME LEN`, `-` and 0 without a provider
 /// nest.
 const DUMP: &str = r#"
-import sys
-ksrc, ifindex = sys.argv[1], int(sys.argv[2])
-sys.path.append(ksrc + '/tools/net/ynl/pyynl')
-from lib import YnlFamily
-ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
 def mp(o):
     m = o.get('mp-provider')
     return (m.get('name', '?'), m.get('rx-buf-len', 0)) if m else ('-', 0)
@@ -41,8 +36,7 @@ for p in ynl.dump('page-pool-get', {'ifindex': ifindex}):
 
 /// `(kind, id, name, len)` of every line of [`DUMP`] for `ifindex` in `NS_A`.
 fn dump(ifindex: u32) -> Result<Vec<(String, u32, String, u64)>, String> {
-    let ksrc = net::ksrc()?;
-    let out = join(in_netns(NS_A, move || net::run("/usr/bin/python3", &["-c", DUMP, &ksrc, &ifindex.to_string()], "")))?;
+    let out = join(in_netns(NS_A, move || net::netdev_ynl(DUMP, ifindex)))?;
     out.lines()
         .map(|l| {
             let v: Vec<&str> = l.split_whitespace().collect();

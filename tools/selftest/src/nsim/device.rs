@@ -284,8 +284,7 @@ fn context_traffic(ifindex: u32) -> Result<String, String> {
         t.join().map_err(|_| "sender panicked")??;
     }
     // queue -> NAPI id, from the netdev family
-    let ksrc = net::ksrc()?;
-    let out = net::run("/usr/bin/python3", &["-c", QUEUE_NAPIS, &ksrc, &ifindex.to_string()], "")?;
+    let out = net::netdev_ynl(QUEUE_NAPIS, ifindex)?;
     let mut queue_of = std::collections::HashMap::new();
     for l in out.lines() {
         let v: Vec<u32> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
@@ -313,28 +312,18 @@ fn context_traffic(ifindex: u32) -> Result<String, String> {
     ))
 }
 
-/// The NAPI id of each rx queue of `ifindex`: `QUEUE NAPI` per line.
+/// After [`net::NETDEV_YNL`]: the NAPI id of each rx queue of `ifindex`,
+/// `QUEUE NAPI` per line.
 const QUEUE_NAPIS: &str = r#"
-import sys
-ksrc, ifindex = sys.argv[1], int(sys.argv[2])
-sys.path.append(ksrc + '/tools/net/ynl/pyynl')
-from lib import YnlFamily
-ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
 for q in ynl.dump('queue-get', {'ifindex': ifindex}):
     if q.get('type') == 'rx' and 'napi-id' in q:
         print(q['id'], q['napi-id'])
 "#;
 
-/// The tree's YNL (`tools/net/ynl/pyynl`) answering `qstats-get` for one
-/// device: one line of totals (rx-csum-bad, rx-hw-drops, rx-alloc-fail)
+/// After [`net::NETDEV_YNL`]: `qstats-get` for one device: one line of totals (rx-csum-bad, rx-hw-drops, rx-alloc-fail)
 /// for each line read. One process for the whole test: a Python start
 /// with the spec takes half a minute on the debug kernel.
 const QSTATS: &str = r#"
-import sys
-ksrc, ifindex = sys.argv[1], int(sys.argv[2])
-sys.path.append(ksrc + '/tools/net/ynl/pyynl')
-from lib import YnlFamily
-ynl = YnlFamily(ksrc + '/Documentation/netlink/specs/netdev.yaml', schema='')
 for _ in sys.stdin:
     t = [0, 0, 0]
     for q in ynl.dump('qstats-get', {'ifindex': ifindex}):
@@ -360,7 +349,7 @@ impl Qstats {
         // socket live there
         let mut child = join(in_netns(NS_A, move || {
             Command::new("/usr/bin/python3")
-                .args(["-c", QSTATS, &ksrc, &ifindex.to_string()])
+                .args(["-c", &format!("{}{QSTATS}", net::NETDEV_YNL), &ksrc, &ifindex.to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(fs::File::create(QSTATS_ERR).map_err(|e| format!("{QSTATS_ERR}: {e}"))?)
