@@ -31,7 +31,7 @@ scripts/patches-7.3 for 7.3, each in its own tree and worktrees.
               apply each part with what it needs before it (net; net and
               net-next; all) to pristine with git am; with --build, also
               build the first two with the fast flavour's config in
-              \$ZCRX_CACHE/build/split (about 10 min cold, 2 cores): the net
+              build/split of the cache (about 10 min cold, 2 cores): the net
               fixes and the netdevsim series must not need the RFC
   send [DIR]  what \`make patches\` runs: each part but local as git format-patch
               output with a cover letter (scripts/patches/cover/PART) in
@@ -128,7 +128,7 @@ dev)
 	fi
 	git -C "$DEV" config user.name "zcrx-rs developers"
 	git -C "$DEV" config user.email "zcrx-rs@users.noreply.example"
-	echo "$PATCHES" | sed "s|^|$P/|" | xargs -r git -C "$DEV" am -q
+	echo "$PATCHES" | am_patches "$DEV"
 	msg "dev tree at $DEV: $(git -C "$DEV" rev-list --count pristine..dev) patches on pristine"
 	;;
 export)
@@ -236,7 +236,10 @@ send)
 	for part in $PARTS; do
 		[ "$part" != local ] || continue   # ours: not sent
 		part_patches "$part" | am_patches "$W" "$name <$email>"
-		cover=$P/cover/$part   # scripts/patches{,-7.3}/cover
+		# the series' own cover letter, else the 7.2 one (they differ only
+		# where the parts do: 7.3's rfc has two patches fewer)
+		cover=$P/cover/$part
+		[ -f "$cover" ] || cover=$ZCRX_TOP/scripts/patches/cover/$part
 		[ -f "$cover" ] || die "no cover letter for $part: $cover"
 		case $part in
 		net) prefix="PATCH net" ;;
