@@ -10,27 +10,30 @@ use super::*;
 
 /// NICs that split headers from data still leave a small payload in the
 /// header buffer (copybreak): one queue, one flow, readable and unreadable
-/// skbs mixed. netdevsim does so with `hds_copybreak` (256 here). The
-/// sender's TSO and GSO are off and it writes one full segment and 100
-/// bytes at a time, 400 times, 2 ms apart: each write leaves as a full
-/// segment (split) and a 100-byte one (readable) right behind it, and the
-/// receiver's `gro_flush_timeout` (2 ms, NAPI flushes deferred) keeps the
-/// first in GRO when the second comes: GRO meets split and readable
-/// segments of the flow in every round.
-/// All must arrive byte-exact, the small segments copied, the rest
-/// zero-copy. Before patch 18, GRO appended a readable segment to an
-/// unreadable one as a page frag: the skb said unreadable and held a page,
-/// which nobody may copy (`skb_copy_bits()` fails on any frag of an
-/// unreadable skb), and RECV failed with EFAULT, 4 runs of 4 (after 5912
-/// bytes in three). The other way round (a readable skb gaining provider
-/// frags) the stack would read a `net_iov` as a page.
+/// skbs mixed. netdevsim does so with `hds_copybreak`; the receiver's
+/// `gro_flush_timeout` (2 ms, NAPI flushes deferred) keeps a segment in
+/// GRO until the next one of its flow comes. Two ways the two kinds meet
+/// there, 400 rounds each, 2 ms apart, the sender's TSO and GSO off: each
+/// round is one write of a full segment and a tail, which leave as a split
+/// segment and a readable one right behind it.
+///
+/// - (a) `hds_copybreak` 256, tails of 100 bytes: the small segment's
+///   skb head is kmalloc'ed, so GRO can only chain it on the `frag_list`;
+/// - (b) `hds_copybreak` 1024, tails of 900 bytes: the head is a page
+///   fragment, as a header buffer is, and GRO appends it to the held skb as
+///   a page frag. Before patch 18 the merged skb said unreadable and held a
+///   page, which nobody may copy (`skb_copy_bits()` fails on any frag of an
+///   unreadable skb), and RECV failed with EFAULT. The other way round (a
+///   readable skb gaining provider frags) the stack would read a `net_iov`
+///   as a page.
+///
+/// All must arrive byte-exact, the readable segments copied, the rest
+/// zero-copy, and at least half of the rounds must have come as both kinds
+/// (else the test proved nothing).
 pub(super) fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
-    const ROUNDS: u64 = 400;
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    tryo!(Nsim::copybreak(1, 256));
-    tryo!(net::ethtool_in(NS_B, &["-K", &n.b, "tso", "off", "gso", "off"]));
     let a_dev = n.a.clone();
     tryo!(net::run(
         "ip",
@@ -44,10 +47,26 @@ pub(super) fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
         ],
         "",
     ));
-    let port = 7325u16;
+    // A write leaves at once, not held back for the one after it.
+    tryo!(net::run("ip", &["netns", "exec", NS_B, "sysctl", "-q", "-w", "net.ipv4.tcp_autocorking=0"], ""));
+    tryo!(net::ethtool_in(NS_B, &["-K", &n.b, "tso", "off", "gso", "off"]));
+    for (phase, copybreak, tail, port) in [("a", 256, 100, 7325u16), ("b", 1024, 900, 7326)] {
+        tryo!(Nsim::copybreak(1, copybreak));
+        let d = tryo!(copybreak_phase(&n, port, tail).map_err(|e| format!("({phase}) {e}")));
+        env.diag(&format!("({phase}) hds_copybreak {copybreak}: {d}"));
+    }
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// One phase of [`copybreak_segments_stay_apart_in_gro`]: 400 rounds to
+/// `port`, each a write of a segment and `tail` bytes, 2 ms apart.
+fn copybreak_phase(n: &Nsim, port: u16, tail: u64) -> Result<String, String> {
+    const ROUNDS: u64 = 400;
     let pat = Arc::new(Pattern::new(u64::from(port)));
     let p2 = pat.clone();
-    let log = tryo!(crate::devlog::DmaLog::start());
+    let log = crate::devlog::DmaLog::start()?;
     let rx = with_receiver(n.a_idx, 0, 4 << 20, port, true, move |z, l| {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         net::receive(z, &s, &p2, None)
@@ -58,46 +77,38 @@ pub(super) fn copybreak_segments_stay_apart_in_gro(env: &Env) -> Outcome {
         let mss = zcrx::sys::tcp_maxseg(&s).map_err(|e| format!("TCP_MAXSEG: {e}"))? as u64;
         let mut off = 0u64;
         for _ in 0..ROUNDS {
-            let k = (mss + 100) as usize;
+            let k = (mss + tail) as usize;
             std::io::Write::write_all(&mut s, pat.slice(off, k)).map_err(|e| format!("send at {off}: {e}"))?;
             off += k as u64;
-            // the 100-byte tail leaves on its own (the next write would
-            // fill it up), right behind its full segment: both land in the
-            // receiver's GRO within one gro_flush_timeout
+            // the tail leaves on its own (the next write would fill it up),
+            // right behind its full segment: both land in the receiver's
+            // GRO within one gro_flush_timeout
             sleep(Duration::from_millis(2));
         }
         Ok((off, mss))
     });
     let sent = join(tx);
     let r = join(rx);
-    let rx = tryo!(r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err())));
-    let (sent, mss) = tryo!(sent);
-    env.diag(&format!(
-        "{ROUNDS} writes of {mss}+100 bytes: {} byte-exact, zero-copy {} B, copied {} B",
-        mib(rx.bytes),
-        rx.zc_bytes,
-        rx.copy_bytes
-    ));
+    let rx = r.map_err(|e| format!("receiver: {e}; sender: {:?}", sent.as_ref().err()))?;
+    let (sent, mss) = sent?;
     if rx.bytes != sent {
-        return Fail(format!("sent {sent}, received {}", rx.bytes));
+        return Err(format!("sent {sent}, received {}", rx.bytes));
     }
-    // Both kinds came, most rounds as a split segment and a readable one:
-    // the test proves something. (Without the pause after each write the
-    // tails mostly left with the next write, and the test passed without
-    // the fix: 400 bytes copied on the fast kernel.)
-    if rx.copy_bytes < 100 * ROUNDS / 2 || rx.zc_bytes < mss * (ROUNDS / 2) {
-        return Fail(format!(
+    if rx.copy_bytes < tail * ROUNDS / 2 || rx.zc_bytes < mss * ROUNDS / 2 {
+        return Err(format!(
             "{} bytes copied, {} zero-copy: fewer than half of the {ROUNDS} rounds came as a split and a readable segment",
             rx.copy_bytes, rx.zc_bytes
         ));
     }
     // The split ones' records in writes netdevsim logged (the readable
     // ones were copied: they are in no buffer of the device).
-    env.diag(&tryo!(log.check(0, rx.zc_bytes)));
-    drop(log);
-    drop(n);
-    tryo!(wait_idle(Duration::from_secs(10)));
-    Pass
+    let dev = log.check(0, rx.zc_bytes)?;
+    Ok(format!(
+        "{ROUNDS} rounds of {mss}+{tail} bytes, {} byte-exact, zero-copy {} B, copied {} B; {dev}",
+        mib(rx.bytes),
+        rx.zc_bytes,
+        rx.copy_bytes
+    ))
 }
 
 /// An Ethernet frame with a TCP segment (ACK|PSH, `payload`) from the
