@@ -251,7 +251,7 @@ fn to_zero_copy_queue(env: &Env, sig: Sig, port: u16) -> Result<String, String> 
             Ok(w) => w,
             Err(e) => {
                 std::thread::sleep(Duration::from_secs(5));
-                return Err(format!("{e}, and it survived 5 s of signed segments into the area"));
+                return Err(format!("{e}; the connection's signed segments were let come for 5 s first"));
             }
         };
         // The sender's data segments arrive (and are retransmitted) within
