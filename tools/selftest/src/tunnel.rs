@@ -110,7 +110,7 @@ pub(crate) fn tunnel_mac(t: &Tunnel, side: u8) -> [u8; 6] {
 
 /// Loads the modules VXLAN and GENEVE need (the kernel has them as
 /// modules), from the build the VM runs.
-fn load_udp_tunnels() -> Result<(), String> {
+pub(crate) fn load_udp_tunnels() -> Result<(), String> {
     let build = std::env::var("ZCRX_BUILD").map_err(|_| "ZCRX_BUILD not set (run in the VM)")?;
     for (m, ko) in [
         ("udp_tunnel", "net/ipv4/udp_tunnel.ko"),
