@@ -61,7 +61,6 @@ SRC=$KLINUX/src
 [ "$flavour" = pristine ] && SRC=$KLINUX/pristine-src
 B=$(build_dir "$flavour")
 PATCHES=$PATCHES_DIR
-git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
 
 do_source() {
 	local debver tarball sh head_sh

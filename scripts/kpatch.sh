@@ -60,8 +60,6 @@ upto_patches() {
 		[ "$part" = "$1" ] && return
 	done
 }
-# "NNNN-slug.patch" -> "slug.patch": a patch's name without its place.
-slug() { echo "${1#[0-9][0-9][0-9][0-9]-}"; }
 
 # git am of the patches named on stdin (series file names) in worktree $1;
 # the From: of each replaced by $2 when given.

@@ -148,3 +148,8 @@ config_hash() {
 }
 kernel_version_file() { echo "$KLINUX/version"; }
 build_dir() { echo "$KBUILDS/$1"; }
+# git in the kernel tree $SRC (the caller's), with an identity for the
+# series commits and without the lock fds.
+git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
+# "NNNN-slug.patch" -> "slug.patch": a patch's name without its place.
+slug() { echo "${1#[0-9][0-9][0-9][0-9]-}"; }

@@ -55,10 +55,7 @@ W=$KLINUX/prove
 B=$KBUILDS/prove
 SELFTEST=$ZCRX_TOP/tools/target/release/zcrx-selftest
 SERIES=$(grep -v -e '^#' -e '^$' "$P/series")
-git_src() { git -C "$SRC" -c gc.auto=0 -c user.name=zcrx-rs -c user.email=zcrx-rs@localhost "$@" 8>&- 9>&-; }
 
-# "NNNN-slug.patch" -> "slug.patch"
-slug() { echo "${1#[0-9][0-9][0-9][0-9]-}"; }
 # The series file name of the patch whose slug is $1 (empty if none).
 series_name() { echo "$SERIES" | grep -x "[0-9][0-9][0-9][0-9]-$1" || true; }
 
