@@ -406,16 +406,20 @@ fn ktls_copy_mode_refuses_provider_memory(env: &Env) -> Outcome {
         ktls(s.as_raw_fd(), 2, TLS13)?;
         s.write_all(b"g").map_err(|e| format!("go: {e}"))?;
         let r = ktls_read_fails(&mut s);
+        // what the socket held when read() returned, for a failure
+        let info = crate::net::tcp_info_line(&s);
         drop(z);
-        r
+        r.map(|e| (e, info))
     });
     let tx = in_netns(NS_B, move || {
         let (mut c, mut go) = ktls_peer(port)?;
         // the first four bytes of an application data record header, one
         // segment each: the parser needs five to know the record's length
         let mut sent = 0;
+        let mut stopped = String::new();
         for b in [0x17u8, 3, 3, 0x10] {
-            if c.write_all(&[b]).is_err() || crate::net::wait_acked(&c, Duration::from_secs(5)).is_err() {
+            if let Err(e) = c.write_all(&[b]).map_err(|e| e.to_string()).and_then(|()| crate::net::wait_acked(&c, Duration::from_secs(5))) {
+                stopped = format!(" (byte {}: {e})", sent + 1);
                 break;
             }
             sent += 1;
@@ -423,16 +427,20 @@ fn ktls_copy_mode_refuses_provider_memory(env: &Env) -> Outcome {
         // Open until the receiver has tried the record and closed.
         c.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
         let _ = std::io::Read::read(&mut c, &mut go);
-        Ok::<_, String>(sent)
+        Ok::<_, String>(format!("{sent}{stopped}"))
     });
-    let err = tryo!(join(rx));
+    let (err, info) = tryo!(join(rx));
     let sent = tryo!(join(tx));
     let st = tryo!(n.stats(1, 0));
     if st.dma_bytes == 0 {
         return Fail("netdevsim put none of the header into provider memory: the test proves nothing".into());
     }
     if err.raw_os_error() != Some(libc::EFAULT) {
-        return Fail(format!("kTLS read() of a record header in provider memory: {err}, expected EFAULT"));
+        return Fail(format!(
+            "kTLS read() of a record header in provider memory: {err}, expected EFAULT; sender: {sent} one-byte \
+             segments acknowledged; netdevsim: {} bytes in provider memory in {} packets, {} dropped without a buffer; receiver: {info}",
+            st.dma_bytes, st.dma_packets, st.drop_no_buf
+        ));
     }
     env.diag(&format!(
         "{sent} one-byte segments of a TLS header to a kTLS receiver with SO_RCVBUF 8192, {} bytes in provider memory: \
