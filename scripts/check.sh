@@ -148,14 +148,14 @@ tools_clippy() {
 
 # The zcrx crate as crates.io would take it: `cargo package` (which builds
 # the packaged crate alone, without the workspace's features) and its docs
-# (tokio and bytes features, as docs.rs builds them), warnings failing both.
+# (tokio, bytes and stream features, as docs.rs builds them), warnings failing both.
 crate_package() {
 	local out rc=0
 	cd "$ZCRX_TOP/tools" || return 1
 	out=$(cargo package -p zcrx --allow-dirty --offline 2>&1) || rc=1
 	echo "$out"
 	! echo "$out" | grep -q '^warning' || rc=1
-	RUSTDOCFLAGS=-Dwarnings cargo doc -p zcrx --no-deps --features tokio,bytes || rc=1
+	RUSTDOCFLAGS=-Dwarnings cargo doc -p zcrx --no-deps --features tokio,bytes,stream || rc=1
 	return $rc
 }
 

@@ -23,16 +23,32 @@ pub const TESTS: &[(&str, TestFn)] = &[("one_context_four_queues_rss", one_conte
 /// What one connection brought: bytes, zero-copy bytes, copied bytes.
 type Got = (u64, u64, u64);
 
+/// How a connection is received: the crate's blocking `Context::recv`,
+/// the same with each record made a `bytes::Bytes` (feature `bytes`), or a
+/// tokio `ZcrxStream` as a `futures_core::Stream` of batches (feature
+/// `stream`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    Recv,
+    Bytes,
+    Stream,
+}
+
+/// The ways the flows of a test are received, in turn.
+const VIAS: [Via; 3] = [Via::Recv, Via::Bytes, Via::Stream];
+
 /// Receives `s` to its end through `ctx`, checking every byte against
-/// `pat` from stream offset 0; records go back as each batch drops, or
-/// (`as_bytes`) each record becomes a `bytes::Bytes` owning its buffer
-/// (the crate's `bytes` feature), checked through a slice that outlives
-/// the `Bytes` it was cut from.
-fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern, as_bytes: bool) -> Result<Got, String> {
+/// `pat` from stream offset 0 (see [`Via`]); records go back as each batch
+/// drops, or each `bytes::Bytes` made of one is checked through a slice
+/// that outlives the `Bytes` it was cut from.
+fn receive_one(ctx: &Context, s: TcpStream, pat: &Pattern, via: Via) -> Result<Got, String> {
+    if via == Via::Stream {
+        return receive_stream(ctx, s, pat);
+    }
     let (mut off, mut zc, mut copy) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     loop {
-        let b = match ctx.recv(s, 256) {
+        let b = match ctx.recv(&s, 256) {
             Ok(b) => b,
             // Every buffer in flight (the others' sockets hold them): the
             // stack lets go as they are read.
@@ -45,7 +61,7 @@ fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern, as_bytes: bool) -> R
         if b.is_eof() {
             return Ok((off, zc, copy));
         }
-        if as_bytes {
+        if via == Via::Bytes {
             for buf in b {
                 let copied = buf.is_copy();
                 let whole = bytes::Bytes::from(buf);
@@ -65,29 +81,74 @@ fn receive_one(ctx: &Context, s: &TcpStream, pat: &Pattern, as_bytes: bool) -> R
             }
             continue;
         }
-        for r in b.iter() {
-            if let Some(bad) = pat.check(off, r.data()) {
-                return Err(format!("payload mismatch at stream offset {bad}"));
-            }
-            let n = r.data().len() as u64;
-            off += n;
-            if r.is_copy() {
-                copy += n;
-            } else {
-                zc += n;
-                crate::devlog::note(r.data())?;
-            }
-        }
+        check_batch(&b, pat, &mut off, &mut zc, &mut copy)?;
         if t0.elapsed() > Duration::from_secs(600) {
             return Err(format!("no end after 600 s and {off} bytes"));
         }
     }
 }
 
+/// Checks `b`'s records against `pat` from stream offset `off`, counting
+/// them zero-copy or copied and noting each zero-copy one for the device
+/// check.
+fn check_batch(b: &zcrx::Batch, pat: &Pattern, off: &mut u64, zc: &mut u64, copy: &mut u64) -> Result<(), String> {
+    for r in b.iter() {
+        if let Some(bad) = pat.check(*off, r.data()) {
+            return Err(format!("payload mismatch at stream offset {bad}"));
+        }
+        let n = r.data().len() as u64;
+        *off += n;
+        if r.is_copy() {
+            *copy += n;
+        } else {
+            *zc += n;
+            crate::devlog::note(r.data())?;
+        }
+    }
+    Ok(())
+}
+
+/// [`receive_one`] through `ZcrxStream::into_batches` on a tokio runtime
+/// of this thread: the stream must end (`None`) after the last byte, and
+/// stay ended.
+fn receive_stream(ctx: &Context, s: TcpStream, pat: &Pattern) -> Result<Got, String> {
+    use futures_core::{FusedStream, Stream};
+    use std::pin::Pin;
+
+    /// `StreamExt::next`, without futures-util.
+    fn next(b: &mut zcrx::tokio::Batches) -> impl std::future::Future<Output = Option<zcrx::error::Result<zcrx::Batch>>> + '_ {
+        std::future::poll_fn(move |cx| Pin::new(&mut *b).poll_next(cx))
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        s.set_nonblocking(true).map_err(|e| format!("O_NONBLOCK: {e}"))?;
+        let sock = tokio::net::TcpStream::from_std(s).map_err(|e| format!("tokio TcpStream: {e}"))?;
+        let mut batches = zcrx::tokio::ZcrxStream::new(ctx.clone(), sock).into_batches(256);
+        let (mut off, mut zc, mut copy) = (0u64, 0u64, 0u64);
+        loop {
+            let item = tokio::time::timeout(Duration::from_secs(600), next(&mut batches))
+                .await
+                .map_err(|_| format!("stream: nothing for 600 s after {off} bytes"))?;
+            match item {
+                None => break,
+                Some(Ok(b)) => check_batch(&b, pat, &mut off, &mut zc, &mut copy)?,
+                Some(Err(e)) if e.kind() == zcrx::ErrorKind::NoBuffers => tokio::time::sleep(Duration::from_millis(1)).await,
+                Some(Err(e)) => return Err(format!("stream after {off} bytes: {e}")),
+            }
+        }
+        if !batches.is_terminated() || next(&mut batches).await.is_some() || batches.into_inner().is_some() {
+            return Err(format!("the stream of batches did not stay ended after {off} bytes"));
+        }
+        Ok((off, zc, copy))
+    })
+}
+
 /// A 4-queue netdevsim pair spreading flows by RSS (`ethtool -X equal 4`);
 /// one context binds queue 0, then adds 1, 2 and 3. Sixteen connections,
-/// each received by its own thread through the one context (every other
-/// one through `bytes::Bytes` made of its records), byte-exact;
+/// each received by its own thread through the one context (in turn: by
+/// `Context::recv`, through `bytes::Bytes` made of its records, and as a
+/// tokio `ZcrxStream`'s stream of batches), byte-exact;
 /// all zero-copy; netdevsim DMA'd on several queues. The rules of adding a
 /// queue are checked on the way: not before a binding (`EINVAL`), not a
 /// queue already bound (`EEXIST`), not another device (`EXDEV`), not a
@@ -163,8 +224,8 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
             };
             // Each flow its own data: a buffer of another flow fails.
             let (c, p) = (ctx.clone(), Pattern::new(flow_seed(seed, peer.port())));
-            let as_bytes = threads.len() % 2 == 1;
-            threads.push(std::thread::spawn(move || receive_one(&c, &s, &p, as_bytes)));
+            let via = VIAS[threads.len() % VIAS.len()];
+            threads.push(std::thread::spawn(move || receive_one(&c, s, &p, via)));
         }
         // Every receiver joined before any error returns: none may go on
         // noting records into a later test's DMA log.
@@ -212,11 +273,17 @@ fn one_context_four_queues_rss(env: &Env) -> Outcome {
     let dma: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a.since(b).dma_bytes).collect();
     let (bytes, zc, copy) = got.iter().fold((0, 0, 0), |t, g| (t.0 + g.0, t.1 + g.1, t.2 + g.2));
     let queues_used = dma.iter().filter(|&&d| d > 0).count();
+    // flow i was received by VIAS[i % 3]
+    let by_via = |k: usize| mib(got.iter().skip(k).step_by(VIAS.len()).map(|g| g.0).sum());
     env.diag(&format!(
-        "{FLOWS} flows x {} over 4 queues by RSS, one context, one area: {} byte-exact, zero-copy {} ({:.2}%), \
-         copied {}; netdevsim DMA'd per queue: {}; module: zc {} copy {} alloc_fail {}; add rules: {rules}",
+        "{FLOWS} flows x {} over 4 queues by RSS, one context, one area: {} byte-exact ({} by recv, {} as Bytes, \
+         {} as a tokio Stream), zero-copy {} ({:.2}%), copied {}; netdevsim DMA'd per queue: {}; module: zc {} copy {} \
+         alloc_fail {}; add rules: {rules}",
         mib(per),
         mib(bytes),
+        by_via(0),
+        by_via(1),
+        by_via(2),
         mib(zc),
         100.0 * zc as f64 / bytes.max(1) as f64,
         mib(copy),

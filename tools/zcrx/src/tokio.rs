@@ -33,6 +33,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::task::{ready, Context as TaskContext, Poll};
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
@@ -67,26 +68,46 @@ impl ZcrxStream {
     /// says so rather than sleep, lest a task that holds the last buffers
     /// wait for itself).
     pub async fn recv(&self, max_records: usize) -> Result<Batch> {
+        std::future::poll_fn(|cx| self.poll_recv(cx, max_records)).await
+    }
+
+    /// [`ZcrxStream::recv`] as a poll function, for hand-written futures
+    /// and streams: `Pending` (the task is woken when the socket is
+    /// readable) or what [`ZcrxStream::recv`] would return.
+    pub fn poll_recv(&self, cx: &mut TaskContext<'_>, max_records: usize) -> Poll<Result<Batch>> {
         loop {
-            if let Err(e) = self.sock.readable().await {
-                return Err(Error::new(crate::error::Op::Recv, e));
+            if let Err(e) = ready!(self.sock.poll_read_ready(cx)) {
+                return Poll::Ready(Err(Error::new(Op::Recv, e)));
             }
             let mut failed = None;
             let r = self.sock.try_io(Interest::READABLE, || match self.ctx.try_recv(&self.sock, max_records) {
                 Ok(b) => Ok(b),
-                // tokio clears the readiness and we wait again
+                // tokio clears the readiness: the next poll_read_ready
+                // registers the waker
                 Err(e) if e.kind() == ErrorKind::WouldBlock => Err(io::ErrorKind::WouldBlock.into()),
                 Err(e) => {
                     failed = Some(e);
                     Err(io::Error::other("zcrx recv failed"))
                 }
             });
-            match r {
-                Ok(b) => return Ok(b),
-                Err(_) if failed.is_none() => continue,
-                Err(_) => return Err(failed.expect("checked")),
+            match (r, failed) {
+                (Ok(b), _) => return Poll::Ready(Ok(b)),
+                (Err(_), None) => continue,
+                (Err(_), Some(e)) => return Poll::Ready(Err(e)),
             }
         }
+    }
+
+    /// The stream as a [`futures_core::Stream`] of batches of at most
+    /// `max_records` records (feature `stream`): for `StreamExt`
+    /// combinators, `select!` over many connections, and bodies built from
+    /// streams. It ends after the end of the stream (the empty EOF batch is
+    /// not yielded) and after an error, except
+    /// [`ErrorKind::NoBuffers`], which is yielded and not the end: drop
+    /// what the task holds, wait a little, poll again.
+    #[cfg(feature = "stream")]
+    pub fn into_batches(self, max_records: usize) -> Batches {
+        Batches { stream: Some(self), max_records }
     }
 
     /// The context.
@@ -108,6 +129,90 @@ impl ZcrxStream {
     /// The socket back.
     pub fn into_inner(self) -> TcpStream {
         self.sock
+    }
+}
+
+/// A [`ZcrxStream`] as a [`futures_core::Stream`] of [`Batch`]es
+/// ([`ZcrxStream::into_batches`]; feature `stream`).
+///
+/// ```no_run
+/// # async fn serve(stream: zcrx::tokio::ZcrxStream) -> zcrx::error::Result<u64> {
+/// use futures_util::StreamExt;
+/// let mut batches = stream.into_batches(256);
+/// let mut n = 0;
+/// while let Some(batch) = batches.next().await {
+///     match batch {
+///         Ok(b) => n += b.bytes(), // the buffers go back when `b` drops
+///         // other tasks hold every buffer for now: not the end
+///         Err(e) if e.kind() == zcrx::ErrorKind::NoBuffers => {
+///             tokio::time::sleep(std::time::Duration::from_millis(1)).await
+///         }
+///         Err(e) => return Err(e),
+///     }
+/// }
+/// Ok(n)
+/// # }
+/// ```
+#[cfg(feature = "stream")]
+pub struct Batches {
+    /// `None` once the stream has ended.
+    stream: Option<ZcrxStream>,
+    max_records: usize,
+}
+
+#[cfg(feature = "stream")]
+impl Batches {
+    /// The [`ZcrxStream`] back, unless the stream has ended (at the end of
+    /// the connection or after an error).
+    pub fn into_inner(self) -> Option<ZcrxStream> {
+        self.stream
+    }
+}
+
+#[cfg(feature = "stream")]
+impl futures_core::Stream for Batches {
+    type Item = Result<Batch>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Batch>>> {
+        let this = self.get_mut();
+        let Some(stream) = this.stream.as_ref() else {
+            return Poll::Ready(None);
+        };
+        let r = ready!(stream.poll_recv(cx, this.max_records));
+        match &r {
+            Ok(b) if b.is_eof() => {
+                this.stream = None;
+                return Poll::Ready(None);
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NoBuffers => {}
+            Err(_) => this.stream = None,
+        }
+        Poll::Ready(Some(r))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, if self.stream.is_none() { Some(0) } else { None })
+    }
+}
+
+#[cfg(feature = "stream")]
+impl futures_core::FusedStream for Batches {
+    fn is_terminated(&self) -> bool {
+        self.stream.is_none()
+    }
+}
+
+impl std::fmt::Debug for ZcrxStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZcrxStream").field("ctx", &self.ctx).field("sock", &self.sock).finish()
+    }
+}
+
+#[cfg(feature = "stream")]
+impl std::fmt::Debug for Batches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batches").field("stream", &self.stream).field("max_records", &self.max_records).finish()
     }
 }
 
