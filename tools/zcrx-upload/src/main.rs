@@ -142,6 +142,9 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
     }
 }
 
+/// Each connection's SO_SNDBUF (the kernel doubles it).
+const SNDBUF: usize = 32 << 10;
+
 /// Longest file name stored: NAME_MAX less room for the temporary name.
 const NAME_MAX: usize = 200;
 
@@ -256,12 +259,22 @@ impl Server {
     }
 }
 
-/// Writes `r` to the client within the idle timeout.
+/// Writes `r` to the client within the idle timeout. A client that takes
+/// nothing for that long is reset when the connection drops (`SO_LINGER`
+/// 0, like nginx's `reset_timedout_connection`): an orderly close would
+/// queue the FIN behind replies it never takes, and the kernel would keep
+/// the orphaned socket and its send buffer through its retries.
 async fn send(stream: &mut ZcrxStream, r: &[u8], t: Duration) -> Result<(), String> {
     match tokio::time::timeout(t, stream.get_mut().write_all(r)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("reply: {e}")),
-        Err(_) => Err(format!("the client took no reply for {} s", t.as_secs())),
+        Err(_) => {
+            let reset = match stream.get_ref().set_zero_linger() {
+                Ok(()) => "reset",
+                Err(_) => "closed",
+            };
+            Err(format!("the client took no reply for {} s: {reset}", t.as_secs()))
+        }
     }
 }
 
@@ -452,6 +465,10 @@ async fn run(o: Opts) -> Result<(), String> {
     sock.set_recv_buffer_size(rcvbuf as u32).map_err(|e| format!("SO_RCVBUF: {e}"))?;
     // what the kernel granted: net.core.rmem_max caps it (it reports double)
     let granted = sock.recv_buffer_size().map_err(|e| format!("SO_RCVBUF: {e}"))? as usize / 2;
+    // Replies are a few hundred bytes: a fixed send buffer (no autotuning)
+    // bounds what a client that never reads them holds in the kernel
+    // until the idle timeout closes it.
+    sock.set_send_buffer_size(SNDBUF as u32).map_err(|e| format!("SO_SNDBUF: {e}"))?;
     sock.bind(addr).map_err(|e| format!("listen on {addr}: {e}"))?;
     let listener = sock.listen(1024).map_err(|e| format!("listen on {addr}: {e}"))?;
     let srv = Arc::new(Server {
@@ -468,9 +485,11 @@ async fn run(o: Opts) -> Result<(), String> {
     });
     let capped = if granted < rcvbuf { format!(" (asked for {} KiB: net.core.rmem_max caps it)", rcvbuf >> 10) } else { String::new() };
     println!(
-        "listening on {addr}, bodies {source} into {}; at most {max_conns} connections, SO_RCVBUF {} KiB each{capped}",
+        "listening on {addr}, bodies {source} into {}; at most {max_conns} connections, SO_RCVBUF {} KiB each{capped}, \
+         SO_SNDBUF {} KiB",
         o.dir.display(),
-        granted >> 10
+        granted >> 10,
+        SNDBUF >> 10
     );
     let mut tasks = tokio::task::JoinSet::new();
     loop {
