@@ -4,7 +4,9 @@
 //! `zcrx-upload` against hostile clients, while ordinary uploads run: the
 //! server must answer each hostile client as HTTP says (or close it when
 //! its time is up), finish every ordinary upload byte-exact and zero-copy,
-//! and leave nothing in its directory but complete files, ^C included.
+//! and leave nothing in its directory but complete files; then refuse
+//! connections beyond `--max-conns` (503), and on ^C in the middle of an
+//! upload remove its temporary file.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -87,10 +89,16 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     let t = TIMEOUT.to_string();
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", NS_A]).arg(server).args(["--dev", &n.a, "--queue", "0", "--port", &PORT.to_string()]);
-    cmd.args(["--area", "64", "--max-conns", "100", "--header-timeout", &t, "--idle-timeout", &t]).arg("--dir").arg(dst);
+    let mc = MAX_CONNS.to_string();
+    cmd.args(["--area", "64", "--max-conns", &mc, "--header-timeout", &t, "--idle-timeout", &t]).arg("--dir").arg(dst);
     let (mut child, rx) = spawn_server(cmd, "listening")?;
-    let r = attack(env, src, dst);
-    // ^C: the server must remove what it had not finished
+    let r = attack(env, src, dst).and_then(|(summary, legit)| {
+        let full = too_many(to_a())?;
+        Ok((format!("{summary}; {full}"), legit))
+    });
+    // ^C in the middle of an upload: the server must remove what it had
+    // not finished
+    let half = r.as_ref().ok().map(|_| half_upload(dst));
     // SAFETY: kill(2) on our child's pid.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let t0 = Instant::now();
@@ -111,6 +119,7 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     }
     let lines: Vec<String> = rx.try_iter().collect();
     let (summary, legit) = r.map_err(|e| format!("{e}; server stderr: {}", err.trim()))?;
+    let half = half.expect("attack passed").and_then(|h| join(h.0).map(|()| h.1))?;
     let st = exited.ok_or("the server did not exit within 20 s of SIGINT")?;
     if !st.success() {
         return Err(format!("the server exited with {st} after SIGINT; stderr: {}", err.trim()));
@@ -129,8 +138,12 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     if !other.is_empty() || need.iter().any(|f| !names.contains(f)) {
         return Err(format!("the directory holds {names:?}: expected {need:?} and nr-* files only"));
     }
+    // (the server may read and store them all before its replies back up)
     if nr.is_empty() {
-        return Err("the never-reading client's uploads: none stored".into());
+        return Err(format!("the never-reading client's uploads: none of {NEVER_READS} stored"));
+    }
+    if !err.contains("took no reply for 3 s: reset") {
+        return Err(format!("the server's log does not say it gave up on the never-reading client: {}", err.trim()));
     }
     if std::fs::read(dst.join("existing.bin")).map_err(|e| e.to_string())? != b"keep" {
         return Err("existing.bin was replaced".into());
@@ -157,23 +170,123 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     drop(n);
     wait_idle(Duration::from_secs(30))?;
     Ok(format!(
-        "{summary}; never-reading client: {} of {NEVER_READS} pipelined uploads stored; ^C: exit 0, nothing left but \
-         complete files ({} in all)",
-        nr.len(),
-        names.len()
+        "{summary}; ^C during {half}: exit 0, nothing left but complete files ({} in all, {} of the never-reading \
+         client's {NEVER_READS} pipelined uploads)",
+        names.len(),
+        nr.len()
     ))
 }
 
 /// The ordinary uploads: `(name, size)`.
 type Uploads = Vec<(&'static str, u64)>;
 
-/// Pipelined one-byte uploads the never-reading client sends.
-const NEVER_READS: usize = 64;
+/// Pipelined one-byte uploads the never-reading client sends: their
+/// replies (about 140 bytes each, 280 KiB in all) are far more than its
+/// receive buffer and the server's send buffer (64 KiB) hold, so the
+/// server must give up on it (its idle timeout) with most of them
+/// undelivered.
+const NEVER_READS: usize = 2048;
+
+/// The server's address in this test (IPv4).
+fn to_a() -> SocketAddr {
+    addr_a(false, PORT)
+}
+
+/// `--max-conns` in this test.
+const MAX_CONNS: usize = 100;
+
+/// [`MAX_CONNS`] + 10 connections that send nothing, opened one after
+/// another once the hostile clients are done: at least the last 10 must be
+/// answered 503 at once (more if the server still counts some of the
+/// earlier connections), the others closed without a word when the header
+/// timeout passes (idle connections: no request was begun).
+fn too_many(to: SocketAddr) -> Result<String, String> {
+    join(in_netns(NS_B, move || {
+        let mut socks = Vec::new();
+        for _ in 0..MAX_CONNS + 10 {
+            socks.push(connect(to, Duration::from_secs(30))?);
+        }
+        let (mut n503, mut idle, mut other) = (0, 0, Vec::new());
+        for s in &mut socks {
+            let (got, closed) = read_until_closed(s, Duration::from_secs(TIMEOUT + 10));
+            match status(&got, closed) {
+                l if l.starts_with("HTTP/1.1 503") => n503 += 1,
+                l if l == "closed without a reply" => idle += 1,
+                l => other.push(l),
+            }
+        }
+        if n503 < 10 || idle == 0 || !other.is_empty() {
+            return Err(format!(
+                "{} idle connections with --max-conns {MAX_CONNS}: {n503} answered 503, {idle} closed without a \
+                 reply, others: {other:?} (expected at least 10 x 503, the rest closed)",
+                MAX_CONNS + 10
+            ));
+        }
+        Ok(format!(
+            "{} idle connections at --max-conns {MAX_CONNS}: {n503} x 503 at once, {idle} closed after the header timeout",
+            MAX_CONNS + 10
+        ))
+    }))
+}
+
+/// An upload of 64 MiB that has sent its first MiB and goes on slowly: it
+/// returns once the server has its temporary file (the client thread, and
+/// what to call it in the summary); the caller sends ^C then.
+fn half_upload(dst: &Path) -> Result<(JoinHandle<Result<(), String>>, String), String> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let h = in_netns(NS_B, move || {
+        // The server may still count a connection of the last phase for a
+        // moment (503, then a reset of what was sent): try again.
+        let mut tries = 0;
+        let mut s = loop {
+            let mut s = connect(to_a(), Duration::from_secs(30))?;
+            let head = format!("PUT /half.bin HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", 64u64 << 20);
+            match s.write_all(head.as_bytes()).and_then(|()| s.write_all(&vec![0x33u8; 1 << 20])) {
+                Ok(()) => break s,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    let (got, closed) = read_until_closed(&mut s, Duration::from_secs(2));
+                    eprintln!("# half upload, try {tries}: {e} (the server: {})", status(&got, closed));
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(format!("half upload: {e}")),
+            }
+        };
+        // a little more every 200 ms (the idle timeout is 3 s) until the
+        // server goes away
+        while rx.recv_timeout(Duration::from_millis(200)).is_err() {
+            if s.write_all(&[0x33u8; 1024]).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    let t0 = Instant::now();
+    loop {
+        let part =
+            std::fs::read_dir(dst).map_err(|e| e.to_string())?.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".half.bin."));
+        if part {
+            // the client goes on until the server is gone; give it the
+            // signal to stop after that
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(30));
+                let _ = tx.send(());
+            });
+            return Ok((h, "a 64 MiB upload (its .part file there)".into()));
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = tx.send(());
+            let _ = join(h);
+            return Err("a 64 MiB upload: the server made no .half.bin.*.part file within 20 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Runs the hostile clients and two ordinary uploads at once; returns a
 /// summary line and the ordinary uploads `(name, size)`.
 fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String> {
-    let to4 = addr_a(false, PORT);
+    let to4 = to_a();
     let limit = Duration::from_secs(TIMEOUT + 10);
     let mut probes = Vec::new();
     // 64 slowloris heads: a header line a second, never the blank line
@@ -233,9 +346,8 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
             Ok(Probe { what: "a bulk peer that stops sending", expect: "closed", got: status(&got, closed) })
         }));
     }
-    // a client that never reads: 64 pipelined one-byte uploads, its
-    // receive buffer small, open until the end
-    let (nr_tx, nr_rx) = std::sync::mpsc::channel::<()>();
+    // a client that never reads: pipelined one-byte uploads, its receive
+    // buffer small; it reads only once the server has closed the connection
     let never = in_netns(NS_B, move || {
         let s = connect(to4, Duration::from_secs(30))?;
         zcrx::sys::set_rcvbuf(&s, 4096).map_err(|e| format!("SO_RCVBUF: {e}"))?;
@@ -244,10 +356,19 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
             all.extend_from_slice(format!("PUT /nr-{k} HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n").as_bytes());
             all.push(k as u8);
         }
-        (&s).write_all(&all).map_err(|e| format!("never-reader: {e}"))?;
-        let _ = nr_rx.recv_timeout(Duration::from_secs(300));
-        drop(s);
-        Ok(())
+        // (the server may give up, and reset, before it has read them all)
+        let _ = (&s).write_all(&all);
+        // Until the server closes (FIN: CLOSE_WAIT, or reset: CLOSE), or a
+        // minute passes (a server that waits for ever fails below).
+        let t0 = Instant::now();
+        while crate::net::tcp_state(&s)? == 1 && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // now read what the server sent before it gave up
+        let mut s = s;
+        let (got, closed) = read_until_closed(&mut s, Duration::from_secs(TIMEOUT + 10));
+        let replies = String::from_utf8_lossy(&got).matches("HTTP/1.1 201").count();
+        Ok((replies, closed))
     });
     // meanwhile, two ordinary uploads with curl, IPv4 and IPv6 (chunked)
     let legit = [("legit4.bin", env.bytes(8 << 20) + 3, false), ("legit6.bin", (4 << 20) + 5, true)];
@@ -277,8 +398,14 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
         }
         *answered.entry(format!("{}: {}", p.what, p.got)).or_default() += 1;
     }
-    let _ = nr_tx.send(());
-    join(never)?;
+    let (nr_replies, nr_closed) = join(never)?;
+    if !nr_closed || nr_replies >= NEVER_READS {
+        problems.push(format!(
+            "the never-reading client: {nr_replies} of {NEVER_READS} replies, connection {}: the server did not give up \
+             on it",
+            if nr_closed { "closed" } else { "still open" }
+        ));
+    }
     for ((name, size, _), c) in legit.iter().zip(curls) {
         let out = c.wait_with_output().map_err(|e| e.to_string())?;
         if !out.status.success() {
@@ -295,5 +422,11 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
     }
     let summary = answered.iter().map(|(k, n)| if *n > 1 { format!("{n} x {k}") } else { k.clone() }).collect::<Vec<_>>().join("; ");
     let legit: Vec<(&'static str, u64)> = legit.iter().map(|&(name, size, _)| (name, size)).collect();
-    Ok((format!("{summary}; 2 ordinary uploads byte-exact meanwhile"), legit))
+    Ok((
+        format!(
+            "{summary}; a client that never reads: reset by the server after {nr_replies} of {NEVER_READS} replies; 2 \
+             ordinary uploads byte-exact meanwhile"
+        ),
+        legit,
+    ))
 }
