@@ -137,7 +137,7 @@ fn receive_stream(ctx: &Context, s: TcpStream, pat: &Pattern) -> Result<Got, Str
                 Some(Err(e)) => return Err(format!("stream after {off} bytes: {e}")),
             }
         }
-        if !batches.is_terminated() || next(&mut batches).await.is_some() || batches.into_inner().is_some() {
+        if !batches.is_terminated() || next(&mut batches).await.is_some() {
             return Err(format!("the stream of batches did not stay ended after {off} bytes"));
         }
         Ok((off, zc, copy))

@@ -507,6 +507,14 @@ mod tests {
         assert_send_sync::<Context>();
         assert_send_sync::<Batch>();
         assert_send_sync::<Buf>();
+        #[cfg(feature = "tokio")]
+        assert_send_sync::<crate::tokio::ZcrxStream>();
+        #[cfg(feature = "stream")]
+        {
+            assert_send_sync::<crate::tokio::Batches>();
+            fn assert_unpin<T: Unpin>() {}
+            assert_unpin::<crate::tokio::Batches>();
+        }
     }
 
     #[test]

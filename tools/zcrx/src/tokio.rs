@@ -45,7 +45,8 @@ use crate::{Batch, Context, Events, EventsState};
 
 /// A tokio TCP stream received through a zcrx [`Context`]. Writes go
 /// through [`ZcrxStream::get_mut`] (the socket is an ordinary
-/// `TcpStream`); reads must go through [`ZcrxStream::recv`] only.
+/// `TcpStream`); reads must go through [`ZcrxStream::recv`],
+/// [`ZcrxStream::poll_recv`] or `into_batches` (feature `stream`) only.
 pub struct ZcrxStream {
     ctx: Context,
     sock: TcpStream,
@@ -59,7 +60,8 @@ impl ZcrxStream {
 
     /// Waits until data (or the end of the stream, or an error) is there
     /// and receives at most `max_records` records. An empty batch with
-    /// [`Batch::is_eof`] is the end of the stream.
+    /// [`Batch::is_eof`] is the end of the stream. Several tasks may wait
+    /// on one stream at once (each is woken).
     ///
     /// [`ErrorKind::NoBuffers`]: nothing can be read while every buffer of
     /// the area is out and this program (any task of it, through this
@@ -68,33 +70,49 @@ impl ZcrxStream {
     /// says so rather than sleep, lest a task that holds the last buffers
     /// wait for itself).
     pub async fn recv(&self, max_records: usize) -> Result<Batch> {
-        std::future::poll_fn(|cx| self.poll_recv(cx, max_records)).await
+        loop {
+            if let Err(e) = self.sock.readable().await {
+                return Err(Error::new(Op::Recv, e));
+            }
+            if let Some(r) = self.try_recv_ready(max_records) {
+                return r;
+            }
+        }
     }
 
     /// [`ZcrxStream::recv`] as a poll function, for hand-written futures
     /// and streams: `Pending` (the task is woken when the socket is
-    /// readable) or what [`ZcrxStream::recv`] would return.
+    /// readable) or what [`ZcrxStream::recv`] would return. Only the
+    /// waker of the last call is kept (tokio's `poll_read_ready`): one
+    /// task polls a stream this way, or the others may never be woken.
     pub fn poll_recv(&self, cx: &mut TaskContext<'_>, max_records: usize) -> Poll<Result<Batch>> {
         loop {
             if let Err(e) = ready!(self.sock.poll_read_ready(cx)) {
                 return Poll::Ready(Err(Error::new(Op::Recv, e)));
             }
-            let mut failed = None;
-            let r = self.sock.try_io(Interest::READABLE, || match self.ctx.try_recv(&self.sock, max_records) {
-                Ok(b) => Ok(b),
-                // tokio clears the readiness: the next poll_read_ready
-                // registers the waker
-                Err(e) if e.kind() == ErrorKind::WouldBlock => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => {
-                    failed = Some(e);
-                    Err(io::Error::other("zcrx recv failed"))
-                }
-            });
-            match (r, failed) {
-                (Ok(b), _) => return Poll::Ready(Ok(b)),
-                (Err(_), None) => continue,
-                (Err(_), Some(e)) => return Poll::Ready(Err(e)),
+            if let Some(r) = self.try_recv_ready(max_records) {
+                return Poll::Ready(r);
             }
+        }
+    }
+
+    /// One receive without blocking once the socket was readable: `None`
+    /// if there was nothing after all (tokio cleared the readiness; the
+    /// next wait registers again), else what it returned.
+    fn try_recv_ready(&self, max_records: usize) -> Option<Result<Batch>> {
+        let mut failed = None;
+        let r = self.sock.try_io(Interest::READABLE, || match self.ctx.try_recv(&self.sock, max_records) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Err(io::ErrorKind::WouldBlock.into()),
+            Err(e) => {
+                failed = Some(e);
+                Err(io::Error::other("zcrx recv failed"))
+            }
+        });
+        match (r, failed) {
+            (Ok(b), _) => Some(Ok(b)),
+            (Err(_), None) => None,
+            (Err(_), Some(e)) => Some(Err(e)),
         }
     }
 
@@ -104,10 +122,13 @@ impl ZcrxStream {
     /// streams. It ends after the end of the stream (the empty EOF batch is
     /// not yielded) and after an error, except
     /// [`ErrorKind::NoBuffers`], which is yielded and not the end: drop
-    /// what the task holds, wait a little, poll again.
+    /// what the task holds, wait a little, poll again. The connection
+    /// stays open until the [`Batches`] (or what
+    /// [`Batches::into_inner`] gives back) drops: replies can follow the
+    /// end of the client's data.
     #[cfg(feature = "stream")]
     pub fn into_batches(self, max_records: usize) -> Batches {
-        Batches { stream: Some(self), max_records }
+        Batches { stream: self, max_records, done: false }
     }
 
     /// The context.
@@ -155,16 +176,27 @@ impl ZcrxStream {
 /// ```
 #[cfg(feature = "stream")]
 pub struct Batches {
-    /// `None` once the stream has ended.
-    stream: Option<ZcrxStream>,
+    stream: ZcrxStream,
     max_records: usize,
+    /// The stream has ended: the end of the connection's data, or an error.
+    done: bool,
 }
 
 #[cfg(feature = "stream")]
 impl Batches {
-    /// The [`ZcrxStream`] back, unless the stream has ended (at the end of
-    /// the connection or after an error).
-    pub fn into_inner(self) -> Option<ZcrxStream> {
+    /// The stream (to write a reply: [`ZcrxStream::get_mut`]).
+    pub fn get_ref(&self) -> &ZcrxStream {
+        &self.stream
+    }
+
+    /// The stream, to write replies through [`ZcrxStream::get_mut`]. Do
+    /// not receive from it while this [`Batches`] is polled.
+    pub fn get_mut(&mut self) -> &mut ZcrxStream {
+        &mut self.stream
+    }
+
+    /// The [`ZcrxStream`] back, ended or not.
+    pub fn into_inner(self) -> ZcrxStream {
         self.stream
     }
 }
@@ -175,31 +207,31 @@ impl futures_core::Stream for Batches {
 
     fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Batch>>> {
         let this = self.get_mut();
-        let Some(stream) = this.stream.as_ref() else {
+        if this.done {
             return Poll::Ready(None);
-        };
-        let r = ready!(stream.poll_recv(cx, this.max_records));
+        }
+        let r = ready!(this.stream.poll_recv(cx, this.max_records));
         match &r {
             Ok(b) if b.is_eof() => {
-                this.stream = None;
+                this.done = true;
                 return Poll::Ready(None);
             }
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NoBuffers => {}
-            Err(_) => this.stream = None,
+            Err(_) => this.done = true,
         }
         Poll::Ready(Some(r))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, if self.stream.is_none() { Some(0) } else { None })
+        (0, if self.done { Some(0) } else { None })
     }
 }
 
 #[cfg(feature = "stream")]
 impl futures_core::FusedStream for Batches {
     fn is_terminated(&self) -> bool {
-        self.stream.is_none()
+        self.done
     }
 }
 
@@ -212,7 +244,7 @@ impl std::fmt::Debug for ZcrxStream {
 #[cfg(feature = "stream")]
 impl std::fmt::Debug for Batches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batches").field("stream", &self.stream).field("max_records", &self.max_records).finish()
+        f.debug_struct("Batches").field("stream", &self.stream).field("max_records", &self.max_records).field("done", &self.done).finish()
     }
 }
 
