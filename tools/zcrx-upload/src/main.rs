@@ -23,6 +23,7 @@ mod http;
 use std::fs::File;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -393,7 +394,36 @@ async fn serve(srv: Arc<Server>, ctx: Context, sock: TcpStream, peer: String) ->
     }
     let _ = stream.get_mut().shutdown().await;
     linger(&stream).await;
+    drain_or_reset(stream.get_ref(), srv.idle_timeout).await;
     Ok(())
+}
+
+/// Before the socket closes: waits up to `t` for the client to take what
+/// is still queued (the last replies, the FIN), and resets the connection
+/// if it has not, as for a reply it takes too long to take (see send()),
+/// rather than leave the kernel an orphan probing a closed window.
+async fn drain_or_reset(sock: &TcpStream, t: Duration) {
+    let until = tokio::time::Instant::now() + t;
+    while unsent(sock) > 0 {
+        if tokio::time::Instant::now() >= until {
+            let _ = sock.set_zero_linger();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Bytes of `sock`'s send queue not yet acknowledged (`SIOCOUTQ`).
+fn unsent(sock: &TcpStream) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int to the pointer given,
+    // which points at `n`; the fd is `sock`'s, open for this call.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if r == 0 {
+        n
+    } else {
+        0
+    }
 }
 
 /// After the last reply (the write side shut down), takes what the client
@@ -492,6 +522,10 @@ async fn run(o: Opts) -> Result<(), String> {
         SNDBUF >> 10
     );
     let mut tasks = tokio::task::JoinSet::new();
+    // one listener for the whole loop: a SIGINT between two turns of the
+    // loop is not lost
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
     loop {
         tokio::select! {
             a = listener.accept() => {
@@ -526,7 +560,7 @@ async fn run(o: Opts) -> Result<(), String> {
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             _ = srv.finished.notified() => break,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut ctrl_c => break,
         }
     }
     // Connections still open finish their replies (with --requests the
