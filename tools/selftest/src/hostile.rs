@@ -92,9 +92,9 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     let mc = MAX_CONNS.to_string();
     cmd.args(["--area", "64", "--max-conns", &mc, "--header-timeout", &t, "--idle-timeout", &t]).arg("--dir").arg(dst);
     let (mut child, rx) = spawn_server(cmd, "listening")?;
-    let r = attack(env, src, dst).and_then(|(summary, legit)| {
+    let r = attack(env, src, dst).and_then(|(summary, legit, nr_port)| {
         let full = too_many(to_a())?;
-        Ok((format!("{summary}; {full}"), legit))
+        Ok((format!("{summary}; {full}"), legit, nr_port))
     });
     // ^C in the middle of an upload: the server must remove what it had
     // not finished
@@ -118,8 +118,9 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
         let _ = e.read_to_string(&mut err);
     }
     let lines: Vec<String> = rx.try_iter().collect();
-    let (summary, legit) = r.map_err(|e| format!("{e}; server stderr: {}", err.trim()))?;
-    let half = half.expect("attack passed").and_then(|h| join(h.0).map(|()| h.1))?;
+    let (summary, legit, nr_port) = r.map_err(|e| format!("{e}; server stderr: {}", err.trim()))?;
+    let half =
+        half.expect("attack passed").and_then(|h| join(h.0).map(|()| h.1)).map_err(|e| format!("{e}; server stderr: {}", err.trim()))?;
     let st = exited.ok_or("the server did not exit within 20 s of SIGINT")?;
     if !st.success() {
         return Err(format!("the server exited with {st} after SIGINT; stderr: {}", err.trim()));
@@ -142,8 +143,8 @@ fn hostile(env: &Env, server: &Path, src: &Path, dst: &Path) -> Result<String, S
     if nr.is_empty() {
         return Err(format!("the never-reading client's uploads: none of {NEVER_READS} stored"));
     }
-    if !err.contains("took no reply for 3 s: reset") {
-        return Err(format!("the server's log does not say it gave up on the never-reading client: {}", err.trim()));
+    if !err.lines().any(|l| l.contains(&format!("]:{nr_port}: the client took no reply for {TIMEOUT} s: reset"))) {
+        return Err(format!("the server's log does not say it reset the never-reading client (port {nr_port}): {}", err.trim()));
     }
     if std::fs::read(dst.join("existing.bin")).map_err(|e| e.to_string())? != b"keep" {
         return Err("existing.bin was replaced".into());
@@ -187,6 +188,18 @@ type Uploads = Vec<(&'static str, u64)>;
 /// undelivered.
 const NEVER_READS: usize = 2048;
 
+/// TCP states (`tcpi_state`).
+const TCP_ESTABLISHED: u8 = 1;
+const TCP_CLOSE: u8 = 7;
+
+/// What the never-reading client saw: the replies it found when it read at
+/// last, its TCP state then, its port.
+struct NeverReader {
+    replies: usize,
+    state: u8,
+    port: u16,
+}
+
 /// The server's address in this test (IPv4).
 fn to_a() -> SocketAddr {
     addr_a(false, PORT)
@@ -197,9 +210,10 @@ const MAX_CONNS: usize = 100;
 
 /// [`MAX_CONNS`] + 10 connections that send nothing, opened one after
 /// another once the hostile clients are done: at least the last 10 must be
-/// answered 503 at once (more if the server still counts some of the
-/// earlier connections), the others closed without a word when the header
-/// timeout passes (idle connections: no request was begun).
+/// answered 503 (more if the server still counts some of the earlier
+/// connections), the others closed without a word when the header timeout
+/// passes (idle connections: no request was begun); then 10 more must be
+/// served, not refused, within 15 s: the slots came back.
 fn too_many(to: SocketAddr) -> Result<String, String> {
     join(in_netns(NS_B, move || {
         let mut socks = Vec::new();
@@ -215,6 +229,36 @@ fn too_many(to: SocketAddr) -> Result<String, String> {
                 l => other.push(l),
             }
         }
+        // The slots come back: 10 more are served (closed after the header
+        // timeout like the others), none refused. A slot is held until the
+        // server has lingered (2 s) after its close: try again for 15 s.
+        let t0 = Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut again = Vec::new();
+            for _ in 0..10 {
+                again.push(connect(to, Duration::from_secs(30))?);
+            }
+            let refused = again
+                .iter_mut()
+                .map(|s| {
+                    let (got, closed) = read_until_closed(s, Duration::from_secs(TIMEOUT + 10));
+                    status(&got, closed)
+                })
+                .filter(|l| l != "closed without a reply")
+                .collect::<Vec<_>>();
+            if refused.is_empty() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                return Err(format!(
+                    "after the idle connections closed, 10 new ones got {refused:?} ({tries} tries in 15 s): slots not \
+                     given back"
+                ));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
         if n503 < 10 || idle == 0 || !other.is_empty() {
             return Err(format!(
                 "{} idle connections with --max-conns {MAX_CONNS}: {n503} answered 503, {idle} closed without a \
@@ -223,7 +267,8 @@ fn too_many(to: SocketAddr) -> Result<String, String> {
             ));
         }
         Ok(format!(
-            "{} idle connections at --max-conns {MAX_CONNS}: {n503} x 503 at once, {idle} closed after the header timeout",
+            "{} idle connections at --max-conns {MAX_CONNS}: {n503} x 503, {idle} closed after the header timeout, then \
+             10 more served (try {tries})",
             MAX_CONNS + 10
         ))
     }))
@@ -234,33 +279,42 @@ fn too_many(to: SocketAddr) -> Result<String, String> {
 /// what to call it in the summary); the caller sends ^C then.
 fn half_upload(dst: &Path) -> Result<(JoinHandle<Result<(), String>>, String), String> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<u16>();
     let h = in_netns(NS_B, move || {
         // The server may still count a connection of the last phase for a
         // moment (503, then a reset of what was sent): try again.
         let mut tries = 0;
         let mut s = loop {
             let mut s = connect(to_a(), Duration::from_secs(30))?;
+            s.set_write_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
             let head = format!("PUT /half.bin HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", 64u64 << 20);
             match s.write_all(head.as_bytes()).and_then(|()| s.write_all(&vec![0x33u8; 1 << 20])) {
                 Ok(()) => break s,
                 Err(e) if tries < 5 => {
                     tries += 1;
+                    let port = s.local_addr().map_or(0, |a| a.port());
                     let (got, closed) = read_until_closed(&mut s, Duration::from_secs(2));
-                    eprintln!("# half upload, try {tries}: {e} (the server: {})", status(&got, closed));
+                    eprintln!("# half upload from port {port}, try {tries}: {e} (the server: {})", status(&got, closed));
                     std::thread::sleep(Duration::from_secs(1));
                 }
                 Err(e) => return Err(format!("half upload: {e}")),
             }
         };
+        let _ = sent_tx.send(s.local_addr().map_or(0, |a| a.port()));
         // a little more every 200 ms (the idle timeout is 3 s) until the
         // server goes away
-        while rx.recv_timeout(Duration::from_millis(200)).is_err() {
+        while rx.recv_timeout(Duration::from_millis(200)) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
             if s.write_all(&[0x33u8; 1024]).is_err() {
                 break;
             }
         }
         Ok(())
     });
+    // the first MiB sent (on the connection that stays), then its file
+    let Ok(port) = sent_rx.recv_timeout(Duration::from_secs(90)) else {
+        let _ = tx.send(());
+        return Err(format!("a 64 MiB upload: {}", join(h).err().unwrap_or_else(|| "its first MiB not sent".into())));
+    };
     let t0 = Instant::now();
     loop {
         let part =
@@ -277,15 +331,16 @@ fn half_upload(dst: &Path) -> Result<(JoinHandle<Result<(), String>>, String), S
         if t0.elapsed() > Duration::from_secs(20) {
             let _ = tx.send(());
             let _ = join(h);
-            return Err("a 64 MiB upload: the server made no .half.bin.*.part file within 20 s".into());
+            return Err(format!("a 64 MiB upload from port {port}: the server made no .half.bin.*.part file within 20 s"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// Runs the hostile clients and two ordinary uploads at once; returns a
-/// summary line and the ordinary uploads `(name, size)`.
-fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String> {
+/// summary line, the ordinary uploads `(name, size)` and the never-reading
+/// client's port.
+fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads, u16), String> {
     let to4 = to_a();
     let limit = Duration::from_secs(TIMEOUT + 10);
     let mut probes = Vec::new();
@@ -351,6 +406,8 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
     let never = in_netns(NS_B, move || {
         let s = connect(to4, Duration::from_secs(30))?;
         zcrx::sys::set_rcvbuf(&s, 4096).map_err(|e| format!("SO_RCVBUF: {e}"))?;
+        s.set_write_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        let port = s.local_addr().map_err(|e| e.to_string())?.port();
         let mut all = Vec::new();
         for k in 0..NEVER_READS {
             all.extend_from_slice(format!("PUT /nr-{k} HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n").as_bytes());
@@ -361,14 +418,16 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
         // Until the server closes (FIN: CLOSE_WAIT, or reset: CLOSE), or a
         // minute passes (a server that waits for ever fails below).
         let t0 = Instant::now();
-        while crate::net::tcp_state(&s)? == 1 && t0.elapsed() < Duration::from_secs(60) {
+        let mut state = crate::net::tcp_state(&s)?;
+        while state == TCP_ESTABLISHED && t0.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(100));
+            state = crate::net::tcp_state(&s)?;
         }
         // now read what the server sent before it gave up
         let mut s = s;
-        let (got, closed) = read_until_closed(&mut s, Duration::from_secs(TIMEOUT + 10));
+        let (got, _) = read_until_closed(&mut s, Duration::from_secs(TIMEOUT + 10));
         let replies = String::from_utf8_lossy(&got).matches("HTTP/1.1 201").count();
-        Ok((replies, closed))
+        Ok(NeverReader { replies, state, port })
     });
     // meanwhile, two ordinary uploads with curl, IPv4 and IPv6 (chunked)
     let legit = [("legit4.bin", env.bytes(8 << 20) + 3, false), ("legit6.bin", (4 << 20) + 5, true)];
@@ -398,12 +457,12 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
         }
         *answered.entry(format!("{}: {}", p.what, p.got)).or_default() += 1;
     }
-    let (nr_replies, nr_closed) = join(never)?;
-    if !nr_closed || nr_replies >= NEVER_READS {
+    let nr = join(never)?;
+    if nr.state != TCP_CLOSE {
         problems.push(format!(
-            "the never-reading client: {nr_replies} of {NEVER_READS} replies, connection {}: the server did not give up \
-             on it",
-            if nr_closed { "closed" } else { "still open" }
+            "the never-reading client: {} of {NEVER_READS} replies, its connection in TCP state {} (expected {TCP_CLOSE}, \
+             reset by the server)",
+            nr.replies, nr.state
         ));
     }
     for ((name, size, _), c) in legit.iter().zip(curls) {
@@ -424,9 +483,11 @@ fn attack(env: &Env, src: &Path, dst: &Path) -> Result<(String, Uploads), String
     let legit: Vec<(&'static str, u64)> = legit.iter().map(|&(name, size, _)| (name, size)).collect();
     Ok((
         format!(
-            "{summary}; a client that never reads: reset by the server after {nr_replies} of {NEVER_READS} replies; 2 \
-             ordinary uploads byte-exact meanwhile"
+            "{summary}; a client that never reads: reset by the server after {} of {NEVER_READS} replies; 2 ordinary \
+             uploads byte-exact meanwhile",
+            nr.replies
         ),
         legit,
+        nr.port,
     ))
 }
