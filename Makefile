@@ -44,7 +44,8 @@ help:
 	@echo "make iou-zcrx      the kernel tree's io_uring zcrx test program and the XDP program (the baseline)"
 	@echo "make ncdevmem      the kernel tree's devmem TCP test program"
 	@echo "make tools         build the userspace tools (tools/: cargo, libzcrx, C example)"
-	@echo "make libzcrx       libzcrx alone, installed into a staging prefix under tools/target"
+	@echo "make libzcrx       libzcrx into a staging prefix under tools/target, its epoll example,"
+	@echo "                   the uAPI compatibility programs and the selftest's record-noting library"
 	@echo "make install       install libzcrx (library, zcrx.h, zcrx.pc, man pages; PREFIX=/usr/local)"
 	@echo "make uninstall     remove what make install installed (same PREFIX)"
 	@echo "make bench         zcrx-rs vs io_uring zcrx vs recv(): table of medians (repeatable:"
@@ -68,7 +69,7 @@ help:
 	@echo "                   cover letters in out/patches, authored by you (git config user.*;"
 	@echo "                   SIGNOFF=1 adds your Signed-off-by)"
 	@echo "make rust-analyzer write rust-project.json for the module"
-	@echo "make clean         clean the module's build and tools/target"
+	@echo "make clean         clean the module's build (this FLAVOUR and KVER) and tools/target"
 	@echo "make distclean-kernel  drop the kernel tree and builds from the cache"
 
 toolchain:
