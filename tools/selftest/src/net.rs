@@ -564,8 +564,8 @@ fn receive_inner(
     }
 }
 
-/// The TCP state of socket `fd` (`TCP_ESTABLISHED` is 1), from `TCP_INFO`.
-pub fn tcp_state(fd: &impl AsRawFd) -> Result<u8, String> {
+/// `TCP_INFO` of socket `fd`.
+fn tcp_info(fd: &impl AsRawFd) -> Result<libc::tcp_info, String> {
     // SAFETY: all-zero is a valid tcp_info.
     let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -575,21 +575,21 @@ pub fn tcp_state(fd: &impl AsRawFd) -> Result<u8, String> {
     if r != 0 {
         return Err(format!("TCP_INFO: {}", io::Error::last_os_error()));
     }
-    Ok(ti.tcpi_state)
+    Ok(ti)
+}
+
+/// The TCP state of socket `fd` (`TCP_ESTABLISHED` is 1), from `TCP_INFO`.
+pub fn tcp_state(fd: &impl AsRawFd) -> Result<u8, String> {
+    tcp_info(fd).map(|ti| ti.tcpi_state)
 }
 
 /// The kernel's view of a TCP socket, one line: state, retransmission and
 /// backoff, what is in flight.
 pub fn tcp_info_line(fd: &impl AsRawFd) -> String {
-    // SAFETY: all-zero is a valid tcp_info.
-    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `ti` is writable for `len` bytes.
-    let r =
-        unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut ti as *mut libc::tcp_info).cast(), &mut len) };
-    if r != 0 {
-        return format!("TCP_INFO: {}", io::Error::last_os_error());
-    }
+    let ti = match tcp_info(fd) {
+        Ok(ti) => ti,
+        Err(e) => return e,
+    };
     format!(
         "state {} ca {} rto {} ms backoff {} probes {} retransmits {} unacked {} lost {} retrans {} total_retrans {} \
          cwnd {} rcv_space {} last_data_recv {} ms last_ack_recv {} ms",
