@@ -173,7 +173,7 @@ fn nsim_dev(id: u32) -> Result<String, String> {
     Err(format!("netdevsim{id} has no netdev"))
 }
 
-fn write_sys(path: &str, what: &str) -> Result<(), String> {
+pub(crate) fn write_sys(path: &str, what: &str) -> Result<(), String> {
     fs::OpenOptions::new()
         .write(true)
         .open(path)

@@ -24,11 +24,13 @@ use crate::pkt;
 use crate::{Env, TestFn};
 
 mod device;
+mod pools;
 
 use device::{
     checksum_checked_padding_dmad, copybreak_segments_stay_apart_in_gro, ntuple_context_rule_keeps_its_queues,
     queue_stats_survive_channel_shrink, records_point_at_device_writes,
 };
+use pools::{destroyed_pool_frees_deferred_skbs, queue_reset_keeps_pools_listed};
 
 pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_drops_then_recovers", dry_pool_drops_then_recovers),
@@ -36,6 +38,8 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("dry_pool_holding_receiver_recovers", dry_pool_holding_receiver_recovers),
     ("dry_pool_idle_recv_sleeps", dry_pool_idle_recv_sleeps),
     ("consumed_skbs_free_buffers_at_once", consumed_skbs_free_buffers_at_once),
+    ("destroyed_pool_frees_deferred_skbs", destroyed_pool_frees_deferred_skbs),
+    ("queue_reset_keeps_pools_listed", queue_reset_keeps_pools_listed),
     ("copybreak_segments_stay_apart_in_gro", copybreak_segments_stay_apart_in_gro),
     ("checksum_checked_padding_dmad", checksum_checked_padding_dmad),
     ("ntuple_context_rule_keeps_its_queues", ntuple_context_rule_keeps_its_queues),
