@@ -40,6 +40,7 @@ mod fuzz;
 mod hostile;
 mod lifecycle;
 mod multiqueue;
+mod nc;
 mod net;
 mod netlink;
 mod nsim;
@@ -126,6 +127,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
     v.extend_from_slice(esp::TESTS);
     v.extend_from_slice(faults::TESTS);
     v.extend_from_slice(teardown::TESTS);
+    v.extend_from_slice(nc::TESTS);
     v.extend_from_slice(clients::TESTS);
     v.extend_from_slice(hostile::TESTS);
     v.extend_from_slice(compat::TESTS);

@@ -9,7 +9,6 @@
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -18,17 +17,14 @@ use zcrx::ktap::Outcome::{self, *};
 use zcrx::{dev::page_size, kmod, Pattern, Rec, Zcrx};
 
 use crate::common::{ensure_loaded, mib, rmmod_eventually, rmmod_refused, vm_pinned_kb, wait_idle, MODULE};
-use crate::devlog::{DmaLog, RecNote};
-use crate::net::{addr_a, connect, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A, NS_B};
+use crate::devlog::DmaLog;
+use crate::net::{addr_a, in_netns, join, receive, receive_from, sender, sender_timeout, with_receiver, Nsim, NS_A};
 use crate::{Env, TestFn};
 
 pub const TESTS: &[(&str, TestFn)] = &[
     ("rmmod_at_every_stage", rmmod_at_every_stage),
     ("close_mid_stream_holding_buffers", close_mid_stream_holding_buffers),
     ("kill9_receiver_mid_stream", kill9_receiver_mid_stream),
-    ("nc_keeps_listening_v6_then_v4", nc_keeps_listening_v6_then_v4),
-    ("nc_keeps_listening_through_resets", nc_keeps_listening_through_resets),
-    ("nc_large_buffers", nc_large_buffers),
     ("unbind_under_traffic", unbind_under_traffic),
     ("netdev_deleted_while_bound", netdev_deleted_while_bound),
 ];
@@ -175,34 +171,11 @@ fn close_mid_stream_holding_buffers(env: &Env) -> Outcome {
     Pass
 }
 
-fn spawn_nc(n: &Nsim, port: u16, seed: u64) -> Result<Child, String> {
-    spawn_nc_with(n, port, seed, &[], None)
-}
-
-/// zcrx-nc on queue 0, checking pattern `seed`; with `note`, it notes its
-/// zero-copy records for the device check.
-fn spawn_nc_with(n: &Nsim, port: u16, seed: u64, extra: &[&str], note: Option<&RecNote>) -> Result<Child, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let nc = exe.with_file_name("zcrx-nc");
-    let mut cmd = Command::new("ip");
-    if let Some(note) = note {
-        cmd.envs(note.env());
-    }
-    cmd.args(["netns", "exec", NS_A])
-        .arg(&nc)
-        .args(["--dev", &n.a, "--queue", "0", "--port", &port.to_string(), "--check", &seed.to_string(), "--area", "8"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn {}: {e}", nc.display()))
-}
-
 fn kill9_receiver_mid_stream(env: &Env) -> Outcome {
     tryo!(ensure_loaded(env));
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
-    let mut child = tryo!(spawn_nc(&n, 7105, 7));
+    let mut child = tryo!(crate::nc::spawn_nc(&n, 7105, 7));
     let pat = Arc::new(Pattern::new(7));
     let tx = sender(addr_a(true, 7105), 1 << 30, pat, 0);
     // Let it stream, then kill it with buffers in hand.
@@ -340,210 +313,5 @@ fn netdev_deleted_while_bound(env: &Env) -> Outcome {
     let n = tryo!(Nsim::up(1));
     tryo!(n.hds(true));
     tryo!(plain_stream_ok(&n, 7111));
-    Pass
-}
-
-/// zcrx-nc as a user runs it: `-k` keeps one context bound across
-/// connections, `[::]` takes IPv6 and IPv4 peers, `--json` reports each
-/// connection on its own line, `-v` draws a progress line. Two streams, one
-/// per family, each checked byte for byte by zcrx-nc (`--check`) and counted
-/// in its JSON: all zero-copy, and no more than netdevsim DMA'd.
-fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
-    tryo!(ensure_loaded(env));
-    let n = tryo!(Nsim::up(1));
-    tryo!(n.hds(true));
-    let before = tryo!(n.stats(1, 0));
-    let port = 7107;
-    let note = tryo!(RecNote::new("nc-k"));
-    let log = tryo!(DmaLog::start());
-    let mut child = tryo!(spawn_nc_with(&n, port, 11, &["-k", "-v", "--json"], Some(&note)));
-    let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
-    let bytes = env.bytes(16 << 20);
-    let mut out = Vec::new();
-    let mut fail = None;
-    for v6 in [true, false] {
-        let sent = join(sender(addr_a(v6, port), bytes, Arc::new(Pattern::new(11)), 0));
-        if let Err(e) = sent.and_then(|s| if s == bytes { Ok(()) } else { Err(format!("sent {s} of {bytes}")) }) {
-            fail = Some(format!("{} sender: {e}", if v6 { "IPv6" } else { "IPv4" }));
-            break;
-        }
-        // zcrx-nc's line for this connection (a bound, not a deadline)
-        let line = loop {
-            match rx.recv_timeout(Duration::from_secs(120)) {
-                Ok(l) if l.starts_with('{') => break Some(l),
-                Ok(_) => continue,
-                Err(_) => break None,
-            }
-        };
-        match line {
-            Some(l) => out.push((v6, l)),
-            None => {
-                fail = Some(format!("no JSON line from zcrx-nc for the {} connection", if v6 { "IPv6" } else { "IPv4" }));
-                break;
-            }
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Some(f) = fail {
-        return Fail(f);
-    }
-    let field = |l: &str, k: &str| -> Option<u64> {
-        let v = l.split(&format!("\"{k}\":")).nth(1)?;
-        v.split([',', '}']).next()?.parse().ok()
-    };
-    let mut diag = Vec::new();
-    let mut zc_all = 0;
-    for (v6, l) in &out {
-        let (Some(b), Some(zc)) = (field(l, "bytes"), field(l, "zero_copy_bytes")) else {
-            return Fail(format!("unparsable JSON line: {l}"));
-        };
-        let peer_ok = if *v6 { l.contains("[2001:db8::2]") } else { l.contains("192.0.2.2") };
-        // Header split on the one queue: every byte zero-copy.
-        if b != bytes || !peer_ok || zc != bytes {
-            return Fail(format!("expected {bytes} bytes from the {} peer, all zero-copy, got: {l}", if *v6 { "IPv6" } else { "IPv4" }));
-        }
-        zc_all += zc;
-        diag.push(format!("{}: {} byte-exact, {} zero-copy", if *v6 { "IPv6" } else { "IPv4" }, mib(b), mib(zc)));
-    }
-    let dma = tryo!(n.stats(1, 0)).since(&before).dma_bytes;
-    env.diag(&format!("zcrx-nc -k --json: {}; netdevsim DMA'd {dma} B into provider buffers", diag.join("; ")));
-    if dma < zc_all {
-        return Fail(format!("netdevsim DMA'd {dma} B < {zc_all} B zcrx-nc says came zero-copy"));
-    }
-    // Every zero-copy record zcrx-nc got, in a write netdevsim made.
-    env.diag(&tryo!(log.check_process(0, zc_all, &note)));
-    Pass
-}
-
-/// `zcrx-nc --buf-size 32k --json` on a header-split netdevsim queue (huge
-/// pages reserved): an IPv4 stream arrives byte-exact (zcrx-nc checks the
-/// pattern), all zero-copy, and the JSON line says 32768.
-fn nc_large_buffers(env: &Env) -> Outcome {
-    use std::io::Read;
-    tryo!(ensure_loaded(env));
-    // `--area 8`: 8 MiB of huge pages.
-    let _huge = tryo!(crate::bigbuf::HugePages::reserve((8 << 20) / zcrx::dev::huge_page_size() as u64 + 1));
-    let n = tryo!(Nsim::up(1));
-    tryo!(n.hds(true));
-    let before = tryo!(n.stats(1, 0));
-    let port = 7108;
-    let note = tryo!(RecNote::new("nc-32k"));
-    let log = tryo!(DmaLog::start());
-    let mut child = tryo!(spawn_nc_with(&n, port, 12, &["--buf-size", "32k", "--json"], Some(&note)));
-    let bytes = env.bytes(64 << 20);
-    let sent = join(sender(addr_a(false, port), bytes, Arc::new(Pattern::new(12)), 0));
-    let mut err = String::new();
-    let _ = child.stderr.take().expect("piped").read_to_string(&mut err);
-    let status = child.wait();
-    let line = err.lines().find(|l| l.starts_with('{')).unwrap_or_default().to_string();
-    let field = |k: &str| -> Option<u64> {
-        let v = line.split(&format!("\"{k}\":")).nth(1)?;
-        v.split([',', '}']).next()?.parse().ok()
-    };
-    env.diag(&format!("zcrx-nc --buf-size 32k: {line}"));
-    if sent != Ok(bytes) || !status.as_ref().is_ok_and(|s| s.success()) {
-        return Fail(format!("sent {sent:?}, zcrx-nc {status:?}: {err}"));
-    }
-    if field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) || field("buf_size") != Some(32768) {
-        return Fail(format!("expected {bytes} bytes, all zero-copy, buf_size 32768: {line}"));
-    }
-    let dma = tryo!(n.stats(1, 0)).since(&before).dma_bytes;
-    if dma < bytes {
-        return Fail(format!("netdevsim DMA'd {dma} B < {bytes} B zcrx-nc says came zero-copy"));
-    }
-    env.diag(&tryo!(log.check_process(0, bytes, &note)));
-    drop(log);
-    drop(n);
-    tryo!(wait_idle(Duration::from_secs(10)));
-    Pass
-}
-
-/// `zcrx-nc -k` serves one connection after another; a peer that resets
-/// mid-stream ends its own connection, not the listener. 100 peers each
-/// send the start of the pattern (1 to 256 KiB) and reset (`SO_LINGER`
-/// 0); then one sends 4 MiB to the end. Each reset connection gets its
-/// JSON line with an `error`, the last one its bytes, all zero-copy and
-/// checked against the pattern (`--check`), and zcrx-nc is still running.
-fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
-    use std::io::Write;
-    const RESETS: usize = 100;
-    tryo!(ensure_loaded(env));
-    let n = tryo!(Nsim::up(1));
-    tryo!(n.hds(true));
-    let port = 7119;
-    let seed = 19;
-    let mut child = tryo!(spawn_nc_with(&n, port, seed, &["-k", "--json"], None));
-    let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
-    let pat = Arc::new(Pattern::new(seed));
-    // one JSON line per connection (a bound, not a deadline)
-    let next_line = || loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(l) if l.starts_with('{') => return Some(l),
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    };
-    let mut lines = Vec::new();
-    let mut k = 12345u64;
-    let mut sent = Ok(0);
-    for i in 0..RESETS {
-        k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let len = 1 + (k >> 33) as usize % (256 << 10);
-        let p2 = pat.clone();
-        let r = join(in_netns(NS_B, move || {
-            let mut s = connect(addr_a(i % 2 == 0, port), Duration::from_secs(60))?;
-            s.write_all(p2.slice(0, len)).map_err(|e| format!("reset peer {i}: {e}"))?;
-            zcrx::sys::set_linger_abort(&s).map_err(|e| format!("SO_LINGER: {e}"))
-        }));
-        if let Err(e) = r {
-            sent = Err(e);
-            break;
-        }
-        match next_line() {
-            Some(l) => lines.push(l),
-            None => break,
-        }
-    }
-    let bytes = 4u64 << 20;
-    if lines.len() == RESETS {
-        sent = join(sender(addr_a(true, port), bytes, pat, 0));
-        if let Some(l) = next_line() {
-            lines.push(l);
-        }
-    }
-    let alive = matches!(child.try_wait(), Ok(None));
-    let _ = child.kill();
-    let _ = child.wait();
-    let sent = tryo!(sent);
-    if !alive {
-        return Fail(format!("zcrx-nc -k exited after {} connections: {:?}", lines.len(), lines.last()));
-    }
-    if lines.len() != RESETS + 1 || sent != bytes {
-        return Fail(format!(
-            "{} JSON lines for {} connections (sent {sent} of {bytes} on the last): {:?}",
-            lines.len(),
-            RESETS + 1,
-            lines.last()
-        ));
-    }
-    let errors = lines[..RESETS].iter().filter(|l| l.contains("\"error\":")).count();
-    let last = &lines[RESETS];
-    let field = |k: &str| -> Option<u64> { last.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok() };
-    if last.contains("\"error\":") || field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) {
-        return Fail(format!("the last connection: {last} (expected {bytes} bytes, all zero-copy, no error)"));
-    }
-    // A reset that comes after zcrx-nc read everything may end the
-    // connection as an end of stream: most must have been seen as errors.
-    if errors < RESETS / 2 {
-        return Fail(format!("only {errors} of {RESETS} reset connections ended with an error: {:?}", &lines[..3]));
-    }
-    env.diag(&format!(
-        "zcrx-nc -k: {RESETS} peers reset mid-stream ({errors} reported with an error, the rest as an end), then {} \
-         byte-exact and zero-copy; still listening",
-        mib(bytes)
-    ));
-    drop(n);
-    tryo!(wait_idle(Duration::from_secs(10)));
     Pass
 }
