@@ -21,6 +21,7 @@ pub const TESTS: &[(&str, TestFn)] = &[
     ("nc_keeps_listening_v6_then_v4", nc_keeps_listening_v6_then_v4),
     ("nc_keeps_listening_through_resets", nc_keeps_listening_through_resets),
     ("nc_large_buffers", nc_large_buffers),
+    ("nc_idle_peer_and_local_address", nc_idle_peer_and_local_address),
 ];
 
 pub(crate) fn spawn_nc(n: &Nsim, port: u16, seed: u64) -> Result<Child, String> {
@@ -246,6 +247,102 @@ fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
          byte-exact and zero-copy; still listening",
         mib(bytes)
     ));
+    drop(n);
+    tryo!(wait_idle(Duration::from_secs(10)));
+    Pass
+}
+
+/// zcrx-nc with nc's forms: `-l -k -w 1 --json ... 192.0.2.1 PORT` (the
+/// address and the port last, as `nc -l` takes them). A peer that sends
+/// 1 MB and then nothing, keeping the connection open, is closed after
+/// about a second of silence with an error that says so, with its bytes
+/// counted (checked by zcrx-nc against the pattern, all zero-copy); the
+/// next peer's 4 MiB then arrive whole (`-k` goes on). An IPv6 peer is
+/// refused: zcrx-nc listens on the IPv4 address alone.
+fn nc_idle_peer_and_local_address(env: &Env) -> Outcome {
+    use std::io::{Read, Write};
+    tryo!(ensure_loaded(env));
+    let n = tryo!(Nsim::up(1));
+    tryo!(n.hds(true));
+    let port = 7121u16;
+    let seed = 21;
+    let exe = tryo!(std::env::current_exe().map_err(|e| e.to_string()));
+    let nc = exe.with_file_name("zcrx-nc");
+    let mut child = tryo!(Command::new("ip")
+        .args(["netns", "exec", NS_A])
+        .arg(&nc)
+        .args(["-l", "-k", "-w", "1", "--json", "--dev", &n.a, "--queue", "0", "--area", "8"])
+        .args(["--check", &seed.to_string(), "192.0.2.1", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", nc.display())));
+    let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
+    // zcrx-nc's JSON line for the next connection (a bound, not a deadline)
+    let next_line = || loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.starts_with('{') => return Some(l),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    };
+    let pat = Arc::new(Pattern::new(seed));
+    // (one write of the pattern: at most a period, just under 1 MiB)
+    let quiet = 1_000_000u64;
+    let p2 = pat.clone();
+    // the quiet peer: 1 MiB, then silence until zcrx-nc closes (EOF)
+    let r = join(in_netns(NS_B, move || {
+        let mut s = connect(addr_a(false, port), Duration::from_secs(60))?;
+        s.write_all(p2.slice(0, quiet as usize)).map_err(|e| format!("quiet peer: {e}"))?;
+        let t0 = std::time::Instant::now();
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+        let mut b = [0u8; 1];
+        match s.read(&mut b) {
+            Ok(0) => Ok(t0.elapsed()),
+            r => Err(format!("quiet peer: {r:?} where zcrx-nc should have closed")),
+        }
+    }));
+    let idle_line = next_line();
+    // one try (net::connect would retry a refusal for 10 s)
+    let v6 = join(in_netns(NS_B, move || match std::net::TcpStream::connect_timeout(&addr_a(true, port), Duration::from_secs(5)) {
+        Ok(_) => Err("an IPv6 peer got in".to_string()),
+        Err(e) => Ok(e.to_string()),
+    }));
+    let bytes = 4u64 << 20;
+    let sent = join(sender(addr_a(false, port), bytes, pat, 0));
+    let last_line = next_line();
+    let alive = matches!(child.try_wait(), Ok(None));
+    let _ = child.kill();
+    let _ = child.wait();
+    let closed_after = tryo!(r);
+    let v6 = tryo!(v6);
+    let sent = tryo!(sent);
+    let (Some(idle), Some(last)) = (idle_line, last_line) else {
+        return Fail("zcrx-nc wrote no JSON line for a connection".into());
+    };
+    env.diag(&format!(
+        "quiet peer closed by zcrx-nc after {:.1} s of silence: {idle}; IPv6 peer: {v6}; next peer: {last}",
+        closed_after.as_secs_f64()
+    ));
+    let field = |l: &str, k: &str| -> Option<u64> { l.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok() };
+    if !idle.contains("no data for 1 s (-w)") || field(&idle, "bytes") != Some(quiet) || field(&idle, "zero_copy_bytes") != Some(quiet) {
+        return Fail(format!("the quiet peer's line: {idle} (expected {quiet} bytes, all zero-copy, and the idle error)"));
+    }
+    if !(Duration::from_millis(900)..Duration::from_secs(10)).contains(&closed_after) {
+        return Fail(format!("the quiet peer was closed after {closed_after:?}, not after about 1 s of silence"));
+    }
+    if !alive
+        || sent != bytes
+        || last.contains("\"error\":")
+        || field(&last, "bytes") != Some(bytes)
+        || field(&last, "zero_copy_bytes") != Some(bytes)
+    {
+        return Fail(format!("after the quiet peer (zcrx-nc running: {alive}; sent {sent} of {bytes}): {last}"));
+    }
+    if !v6.contains("refused") {
+        return Fail(format!("the IPv6 peer: {v6}, expected connection refused"));
+    }
+    env.diag(&format!("zcrx-nc -l -k -w 1 ... 192.0.2.1 {port}: {} + {} byte-exact and zero-copy", mib(quiet), mib(bytes)));
     drop(n);
     tryo!(wait_idle(Duration::from_secs(10)));
     Pass

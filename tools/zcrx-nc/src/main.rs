@@ -14,15 +14,18 @@
 //! The connection's packets must land on that queue (one queue, or an
 //! ntuple/flow steering rule); whatever lands elsewhere still arrives, as
 //! copies. It listens on IPv6 and IPv4 (`[::]`, unless
-//! net.ipv6.bindv6only is set; `-4`: IPv4 only), `-k` keeps listening for
-//! the next connection, `-v` prints a progress line, `--json` prints the
+//! net.ipv6.bindv6only is set; `-4`: IPv4 only; `-s ADDR`: that address),
+//! `-k` keeps listening for the next connection, `-w SECS` ends a
+//! connection idle that long, `-v` prints a progress line, `--json` prints the
 //! statistics of each connection as one JSON object. `--queues 0,1,2,3`
 //! binds several rx queues of the device to the one context (flows spread
 //! by RSS all arrive zero-copy). `--no-bind` binds no
 //! queue (a copy-only context: any TCP path, loopback included, every byte
 //! copied; no CAP_NET_ADMIN needed). `--buf-size 32k` registers the area as
 //! 32 KiB buffers (hugetlbfs memory when binding a queue: reserve huge pages
-//! in /proc/sys/vm/nr_hugepages).
+//! in /proc/sys/vm/nr_hugepages). As with nc, `-l` may be given (listening
+//! is all zcrx-nc does) and the port may come as `-p P` or last on the
+//! command line: `zcrx-nc -l --dev eth0 --queue 3 5201`.
 
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
@@ -36,6 +39,10 @@ struct Opts {
     queues: Vec<u32>,
     port: u16,
     v6: bool,
+    /// `-s ADDR`: the address to listen on.
+    addr: Option<std::net::IpAddr>,
+    /// `-w SECS`: how long a connection may stay idle.
+    idle: Option<Duration>,
     area_mib: usize,
     /// Bytes per buffer; 0: the page size.
     buf_size: usize,
@@ -52,13 +59,16 @@ enum Output {
     Check(u64),
 }
 
-const USAGE: &str = "usage: zcrx-nc (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)
-               --port P [-4|-6]
-               [--area MIB] [--buf-size N] [--discard | --check SEED] [-k] [-v] [--json]
+const USAGE: &str = "usage: zcrx-nc [-l] (--dev IFNAME --queue N | --dev IFNAME --queues A,B,.. | --no-bind)
+               [-4|-6] [-s ADDR] (--port P | -p P | [ADDR] P)
+               [--area MIB] [--buf-size N] [--discard | --check SEED] [-k] [-w SECS] [-v] [--json]
 Receives a TCP connection zero-copy; payload to stdout, stats to stderr.
   --queues A,B  bind several rx queues of IFNAME (one area, one ring)
   --no-bind     bind no queue: every byte copied (any path, no CAP_NET_ADMIN)
+  -l            listen (accepted as with nc: listening is all zcrx-nc does)
+  --port P, -p P, or P last: the TCP port to listen on
   -4 | -6       IPv4 only | IPv6 and IPv4 (the default: [::])
+  -s ADDR       listen on this local address only (also: ADDR before P)
   --area MIB    receive memory (default 64)
   --buf-size N  bytes per buffer: 4096, 32768, 32k, .. 2M (default a page); larger
                 than a page needs huge pages to bind a queue (/proc/sys/vm/nr_hugepages)
@@ -66,6 +76,7 @@ Receives a TCP connection zero-copy; payload to stdout, stats to stderr.
   --check SEED  verify it against the zcrx test pattern instead
   -k            keep listening: one connection after another (a connection
                 that fails is reported and the next one taken)
+  -w SECS       end a connection that brings no data for SECS seconds
   -v            a progress line on stderr while receiving
   --json        each connection's statistics as one JSON object
   -h, --help    this text
@@ -83,6 +94,8 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
         queues: Vec::new(),
         port: 0,
         v6: true,
+        addr: None,
+        idle: None,
         area_mib: 64,
         buf_size: 0,
         no_bind: false,
@@ -93,6 +106,8 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
     };
     // the option being handled, for errors about its value
     let mut at = String::new();
+    // words that are not options: [ADDR] PORT, as nc takes them
+    let mut words: Vec<String> = Vec::new();
     let r = (|| {
         while let Some(arg) = p.next()? {
             at = cliopt::name(&arg);
@@ -102,7 +117,17 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
                 Long("queues") => {
                     o.queues = p.value()?.parse_with(|v| v.split(',').map(|q| q.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>())?
                 }
-                Long("port") => o.port = p.value()?.parse()?,
+                Long("port") | Short('p') => o.port = p.value()?.parse()?,
+                Short('l') => {}
+                Short('s') => o.addr = Some(p.value()?.parse()?),
+                Short('w') => {
+                    let secs: f64 = p.value()?.parse()?;
+                    if !(secs > 0.0 && secs.is_finite()) {
+                        return Err("want a number of seconds above 0".into());
+                    }
+                    o.idle = Some(Duration::from_secs_f64(secs));
+                }
+                Value(v) => words.push(v.string()?),
                 Long("area") => o.area_mib = p.value()?.parse()?,
                 Long("buf-size") => {
                     o.buf_size = p.value()?.parse_with(|v| zcrx::sys::parse_size(v).ok_or("want a size such as 4096, 32k or 2M"))?
@@ -124,6 +149,21 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
         Ok(())
     })();
     cliopt::named(&at, r)?;
+    match words.as_slice() {
+        [] => {}
+        [port] | [_, port] if o.port != 0 => return Err(format!("the port is {} already: what is {port:?}?", o.port).into()),
+        [port] => o.port = port.parse().map_err(|_| format!("invalid port {port:?}"))?,
+        [addr, port] if o.addr.is_none() => {
+            o.addr = Some(addr.parse().map_err(|_| format!("invalid address {addr:?} (an IPv4 or IPv6 literal)"))?);
+            o.port = port.parse().map_err(|_| format!("invalid port {port:?}"))?;
+        }
+        _ => return Err(format!("unexpected arguments {words:?}: want at most [ADDR] PORT").into()),
+    }
+    if let Some(a) = o.addr {
+        if a.is_ipv6() && !o.v6 {
+            return Err(format!("-4 and an IPv6 address ({a})").into());
+        }
+    }
     // Either a queue to bind or --no-bind, not both.
     if o.no_bind && (!o.dev.is_empty() || !o.queues.is_empty()) {
         return Err("--no-bind binds no queue: leave out --dev, --queue and --queues".into());
@@ -181,7 +221,11 @@ fn main() {
     };
 
     // 2. An ordinary TCP socket.
-    let addr: SocketAddr = if o.v6 { (Ipv6Addr::UNSPECIFIED, o.port).into() } else { (Ipv4Addr::UNSPECIFIED, o.port).into() };
+    let addr: SocketAddr = match o.addr {
+        Some(a) => (a, o.port).into(),
+        None if o.v6 => (Ipv6Addr::UNSPECIFIED, o.port).into(),
+        None => (Ipv4Addr::UNSPECIFIED, o.port).into(),
+    };
     let listener = TcpListener::bind(addr).unwrap_or_else(|e| die("listen", e));
     eprintln!("zcrx-nc: listening on {addr}, {bound}, {}-byte buffers", ctx.buf_size());
     let pattern = match o.out {
@@ -199,6 +243,9 @@ fn main() {
             }
             Err(e) => die("accept", e),
         };
+        if let Err(e) = sock.set_read_timeout(o.idle) {
+            die("SO_RCVTIMEO (-w)", e)
+        }
         let before = ctx.stats().unwrap_or_else(|e| die("stats", e));
         let t0 = Instant::now();
         let r = receive(&ctx, &sock, &o, pattern.as_ref());
@@ -229,7 +276,23 @@ fn out(w: &mut impl Write, data: &[u8]) {
 
 /// The result of one connection: (bytes, bytes copied), or the error that
 /// ended it with the same counts so far.
-type Received = Result<(u64, u64), (zcrx::Error, u64, u64)>;
+type Received = Result<(u64, u64), (Ended, u64, u64)>;
+
+/// What ended a connection before its end of stream.
+enum Ended {
+    Recv(zcrx::Error),
+    /// No data for this long (`-w`).
+    Idle(Duration),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Recv(e) => e.fmt(f),
+            Ended::Idle(d) => write!(f, "no data for {} s (-w): closed", d.as_secs_f64()),
+        }
+    }
+}
 
 /// Receives one connection to its end: records say where the bytes are;
 /// the buffers go back as each batch is dropped.
@@ -251,12 +314,19 @@ fn receive(ctx: &Context, sock: &std::net::TcpStream, o: &Opts, pattern: Option<
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
+            Err(e) if e.kind() == ErrorKind::WouldBlock && o.idle.is_some() => {
+                let _ = stdout.flush();
+                if o.verbose && tty {
+                    eprintln!();
+                }
+                return Err((Ended::Idle(o.idle.unwrap_or_default()), total, copied));
+            }
             Err(e) => {
                 let _ = stdout.flush();
                 if o.verbose && tty {
                     eprintln!();
                 }
-                return Err((e, total, copied));
+                return Err((Ended::Recv(e), total, copied));
             }
         };
         if batch.is_eof() {
@@ -314,17 +384,7 @@ fn progress(total: u64, copied: u64, secs: f64, tty: bool) {
 /// counters over its lifetime (the difference of two STATS); `buf_size`:
 /// the area's; `err`: what ended it, if it failed (with -k).
 #[allow(clippy::too_many_arguments)]
-fn report(
-    o: &Opts,
-    peer: &SocketAddr,
-    total: u64,
-    copied: u64,
-    secs: f64,
-    a: &Stats,
-    b: &Stats,
-    buf_size: usize,
-    err: Option<&zcrx::Error>,
-) {
+fn report(o: &Opts, peer: &SocketAddr, total: u64, copied: u64, secs: f64, a: &Stats, b: &Stats, buf_size: usize, err: Option<&Ended>) {
     let gbits = total as f64 * 8.0 / secs.max(1e-9) / 1e9;
     let (copy_records, refill_ok, refill_bad, alloc_fail) =
         (b.copy_records - a.copy_records, b.refill_ok - a.refill_ok, b.refill_bad - a.refill_bad, b.alloc_fail - a.alloc_fail);
@@ -345,5 +405,43 @@ fn report(
              bytes ({copy_records} records); refill ok {refill_ok} bad {refill_bad}, alloc failures {alloc_fail}{ended}",
             total - copied
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Result<Opts, String> {
+        parse_args(&mut lexopt::Parser::from_args(args.iter().copied())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn netcat_forms_of_the_port_and_address() {
+        let o = opts(&["-l", "--no-bind", "5201"]).unwrap();
+        assert_eq!((o.port, o.addr), (5201, None));
+        let o = opts(&["--no-bind", "-p", "5202", "-w", "1.5"]).unwrap();
+        assert_eq!((o.port, o.idle), (5202, Some(Duration::from_millis(1500))));
+        let o = opts(&["--no-bind", "192.0.2.1", "5203"]).unwrap();
+        assert_eq!((o.port, o.addr), (5203, Some("192.0.2.1".parse().unwrap())));
+        let o = opts(&["--no-bind", "-s", "::1", "--port", "5204"]).unwrap();
+        assert_eq!((o.port, o.addr), (5204, Some("::1".parse().unwrap())));
+    }
+
+    #[test]
+    fn netcat_forms_that_do_not_add_up() {
+        for (args, want) in [
+            (&["--no-bind", "-p", "5201", "5202"][..], "the port is 5201 already"),
+            (&["--no-bind", "host", "5201"][..], "invalid address"),
+            (&["--no-bind", "a", "b", "c"][..], "at most [ADDR] PORT"),
+            (&["--no-bind", "-4", "-s", "::1", "5201"][..], "-4 and an IPv6 address"),
+            (&["--no-bind", "-w", "0", "5201"][..], "above 0"),
+            (&["--no-bind", "-s", "192.0.2.1", "192.0.2.2", "5201"][..], "at most [ADDR] PORT"),
+        ] {
+            match opts(args) {
+                Err(e) => assert!(e.contains(want), "{args:?}: {e}"),
+                Ok(_) => panic!("{args:?} accepted"),
+            }
+        }
     }
 }
