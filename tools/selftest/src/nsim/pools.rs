@@ -30,8 +30,8 @@ def print_pools():
 "#;
 
 /// After [`PRINT_POOLS`]: prints the pools, `ready`, waits for a line on
-/// stdin, then for 3 s prints the pools every 0.1 s, each time after a line
-/// `at SECONDS`.
+/// stdin, then for 3 s prints the pools every 0.1 s, and once more after
+/// them, each time after a line `at SECONDS`.
 const WATCH_POOLS: &str = r#"
 import time
 print_pools()
@@ -42,6 +42,8 @@ while time.monotonic() - t0 < 3.0:
     print('at', round(time.monotonic() - t0, 3), flush=True)
     print_pools()
     time.sleep(0.1)
+print('at', round(time.monotonic() - t0, 3), flush=True)
+print_pools()
 "#;
 
 /// What [`watch_pools_around`] saw: the pools before, and each dump after.
@@ -160,12 +162,13 @@ fn waiting(pools: &[Pool]) -> u64 {
 /// segments, each alone and acknowledged; after 0.5 s (the receiver's
 /// timers armed on CPU 1 have fired) the receiver, on CPU 0, reads them,
 /// byte-exact and copied: their skb goes to CPU 1's defer list (16 skbs at
-/// most, below the 32 that send CPU 1 an IPI). IPv6 is off on both
+/// most, below the 64 that send CPU 1 an IPI), and UNBIND follows at once. IPv6 is off on both
 /// devices: its address configuration and MLD send packets from CPU 1's
 /// workers for seconds after the link comes up, and each makes CPU 1 run
-/// NET_RX; ARP's probes too, so the neighbours are permanent. While the queue is bound, `page-pool-get` must list the header
-/// pool (the netdev's one pool without a provider) with pages. UNBIND
-/// restarts the queue and destroys it: right after, the detached pool must
+/// NET_RX; ARP's probes too, so the neighbours are permanent. Before the
+/// read, `page-pool-get` must list the header pool (the netdev's one pool
+/// without a provider) with pages. UNBIND restarts the queue and destroys
+/// it: right after, the detached pool must
 /// wait for the deferred pages (else the test shows nothing), and 3 s later
 /// no detached pool of the netdev may wait for any (the release work
 /// retries every second). Before patch 11 it waited until CPU 1 happened to
@@ -188,30 +191,34 @@ pub(crate) fn destroyed_pool_frees_deferred_skbs(env: &Env) -> Outcome {
         let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
         queued_rx.recv_timeout(Duration::from_secs(120)).map_err(|_| "the sender never queued its segments".to_string())?;
         sleep(Duration::from_millis(500));
-        let net_rx0 = net_rx_on(1)?;
-        let mut recs = vec![Rec::default(); 64];
-        let (mut got, mut copied) = (0u64, 0u64);
-        let t0 = Instant::now();
-        while got < (SEGS * SEG) as u64 {
-            match z.recv(s.as_raw_fd(), &mut recs, DONTWAIT) {
-                Ok(g) if g.bytes == 0 => return Err(format!("EOF after {got} bytes")),
-                Ok(g) => {
-                    for r in &recs[..g.records] {
-                        if let Some(bad) = p2.check(got, z.data(r)) {
-                            return Err(format!("payload mismatch at {bad}"));
+        let (mut got, mut copied, mut net_rx0) = (0u64, 0u64, 0);
+        // The watcher starts first: the read and UNBIND follow each other
+        // at once, and CPU 1 has no time to run NET_RX between them.
+        let (bound, dumps) = watch_pools_around(a_idx, || {
+            net_rx0 = net_rx_on(1)?;
+            let mut recs = vec![Rec::default(); 64];
+            let t0 = Instant::now();
+            while got < (SEGS * SEG) as u64 {
+                match z.recv(s.as_raw_fd(), &mut recs, DONTWAIT) {
+                    Ok(g) if g.bytes == 0 => return Err(format!("EOF after {got} bytes")),
+                    Ok(g) => {
+                        for r in &recs[..g.records] {
+                            if let Some(bad) = p2.check(got, z.data(r)) {
+                                return Err(format!("payload mismatch at {bad}"));
+                            }
+                            got += u64::from(r.len);
+                            if r.flags & ZCRX_RS_REC_COPY != 0 {
+                                copied += u64::from(r.len);
+                            }
                         }
-                        got += u64::from(r.len);
-                        if r.flags & ZCRX_RS_REC_COPY != 0 {
-                            copied += u64::from(r.len);
-                        }
+                        z.refill(&recs[..g.records]).map_err(|e| format!("refill: {e}"))?;
                     }
-                    z.refill(&recs[..g.records]).map_err(|e| format!("refill: {e}"))?;
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && t0.elapsed() < Duration::from_secs(10) => {}
+                    Err(e) => return Err(format!("recv after {got} bytes: {e}")),
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && t0.elapsed() < Duration::from_secs(10) => {}
-                Err(e) => return Err(format!("recv after {got} bytes: {e}")),
             }
-        }
-        let (bound, dumps) = watch_pools_around(a_idx, || z.unbind().map_err(|e| format!("UNBIND: {e}")))?;
+            z.unbind().map_err(|e| format!("UNBIND: {e}"))
+        })?;
         // NET_RX runs on CPU 1 from the read to the last look
         let net_rx = net_rx_on(1)? - net_rx0;
         Ok((got, copied, bound, dumps, net_rx))
@@ -261,7 +268,10 @@ pub(crate) fn destroyed_pool_frees_deferred_skbs(env: &Env) -> Outcome {
             hdr.id
         ));
     }
-    if t_last < 2.5 || waiting(&last) != 0 || last.iter().any(|p| p.id == hdr.id) {
+    if t_last < 3.0 {
+        return Fail(format!("the pool watcher's last dump came {t_last:.2} s after UNBIND, before 3 s"));
+    }
+    if waiting(&last) != 0 || last.iter().any(|p| p.id == hdr.id) {
         return Fail(format!(
             "{t_last:.2} s after UNBIND the destroyed header pool still waits: {last:?} (CPU 1 ran NET_RX {net_rx} times \
              from the read on)"
