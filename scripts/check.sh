@@ -72,7 +72,8 @@ ALLOWED_SKIPS_fast="fault_injection_every_allocation"
 ALLOWED_SKIPS_debug="soak_streams_restarts_rebinds bnxt_loads_and_unloads"
 
 # Time: make check must stay within 45 minutes from an empty cache on a
-# 2-core machine. Measured (README): 43 min 21 s at 132be68; 48 min 55 s
+# 2-core machine. Measured (Documentation/zcrx-rs.rst, "How long make
+# check takes"): 43 min 21 s at 132be68; 48 min 55 s
 # and, after the cuts (lazy tree reference, ping.py to make tree-tests,
 # server tests off the debug suite, YNL without schema validation), 47 min
 # 58 s on days when the same machine built the same kernels 18% and 31%
@@ -264,7 +265,7 @@ $1: build FAILED${2:+ (log: $2)}"
 # took 1676 s with the fast kernel building at nice 19 beside it, which
 # got through a third of its objects meanwhile, and 909 s alone;
 # overlapping lost time instead of using idle CPU. In turn, from an empty
-# cache: 43 min 21 s for all of make check (README, 2026-12-06 at 132be68).
+# cache: 43 min 21 s for all of make check (zcrx-rs.rst, 2026-12-06 at 132be68).
 build_kernel() {
 	local fl=$1; shift
 	if ! make -C "$ZCRX_TOP" --no-print-directory -o toolchain FLAVOUR="$fl" "$@"; then
