@@ -5,7 +5,10 @@
 //! bytes in whatever pieces they arrive (zero-copy records), it reports the
 //! request head, the body as ranges of the piece it was given (no copy),
 //! and the end of each request. Content-Length and chunked bodies;
-//! pipelined requests follow one another.
+//! pipelined requests follow one another. httparse splits the heads and
+//! reads the chunk sizes; the checks around it refuse what it would let
+//! through (bare LF, controls in chunk extensions, folded lines, an empty
+//! chunk size).
 
 use std::ops::Range;
 
@@ -81,48 +84,64 @@ fn bad_head_byte(b: u8) -> bool {
     (b < 0x20 && b != b'\t' && b != b'\r' && b != b'\n') || b == 0x7f
 }
 
+/// The status for a request line whose version httparse refused: 505 for
+/// a well-formed version this server does not speak (RFC 9110 15.6.6), 400
+/// for a malformed one.
+fn version_error(raw: &[u8]) -> (u16, &'static str) {
+    let text = String::from_utf8_lossy(raw);
+    let line = text.trim_start_matches("\r\n").split("\r\n").next().unwrap_or("").to_string();
+    let b = line.rsplit(' ').next().and_then(|v| v.strip_prefix("HTTP/")).unwrap_or("").as_bytes();
+    if b.len() == 3 && b[0].is_ascii_digit() && b[1] == b'.' && b[2].is_ascii_digit() {
+        (505, "only HTTP/1.0 and HTTP/1.1")
+    } else {
+        (400, "bad HTTP version")
+    }
+}
+
+/// Parses a request head (without its blank line). httparse splits it into
+/// the request line and the header fields; what RFC 9112 asks beyond its
+/// grammar (one framing, digits-only lengths, no folded lines, no
+/// expectation but 100-continue) is checked here, and before it the bytes
+/// no head may hold (bare CR or LF, controls, non-UTF-8), which httparse
+/// would let through in places.
 fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
     if raw.iter().any(|&b| bad_head_byte(b)) {
         return Err((400, "control character in the request head"));
     }
     let text = std::str::from_utf8(raw).map_err(|_| (400, "request head is not UTF-8"))?;
-    // Empty lines before the request line are ignored (RFC 9112 2.2).
-    let text = text.trim_start_matches("\r\n");
-    let mut lines = text.split("\r\n");
-    let line = lines.next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    if raw.iter().enumerate().any(|(k, &b)| b == b'\r' && raw.get(k + 1) != Some(&b'\n')) {
+        return Err((400, "bare CR in the request head"));
+    }
+    if text.split("\r\n").skip(1).any(|l| l.starts_with([' ', '\t'])) {
+        return Err((400, "obsolete line folding"));
+    }
+    let mut full = Vec::with_capacity(raw.len() + 4);
+    full.extend_from_slice(raw);
+    full.extend_from_slice(b"\r\n\r\n");
+    // one field per line at most: httparse never runs out of room
+    let mut fields = vec![httparse::EMPTY_HEADER; full.iter().filter(|&&b| b == b'\n').count()];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(&full) {
+        Ok(httparse::Status::Complete(n)) if n == full.len() => {}
+        Ok(_) => return Err((400, "bad request head")),
+        Err(httparse::Error::Version) => return Err(version_error(raw)),
+        Err(httparse::Error::HeaderName) => return Err((400, "bad header name")),
+        Err(httparse::Error::HeaderValue) => return Err((400, "bad header value")),
+        Err(httparse::Error::TooManyHeaders) => return Err((431, "too many header fields")),
+        Err(_) => return Err((400, "bad request line")),
+    }
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err((400, "bad request line"));
     };
     if !token(method) || target.is_empty() || target.bytes().any(|b| b <= b' ' || b >= 0x7f) {
         return Err((400, "bad request line"));
     }
-    // HTTP/1.0 and 1.1 only: a version this server does not speak is 505
-    // (RFC 9110 15.6.6), a malformed one 400.
-    let Some(v) = version.strip_prefix("HTTP/") else {
-        return Err((400, "bad HTTP version"));
-    };
-    let b = v.as_bytes();
-    if b.len() != 3 || !b[0].is_ascii_digit() || b[1] != b'.' || !b[2].is_ascii_digit() {
-        return Err((400, "bad HTTP version"));
-    }
-    if v != "1.1" && v != "1.0" {
-        return Err((505, "only HTTP/1.0 and HTTP/1.1"));
-    }
     let mut h =
-        Head { method: method.to_string(), target: target.to_string(), expect_continue: false, close: v == "1.0", content_length: Some(0) };
+        Head { method: method.to_string(), target: target.to_string(), expect_continue: false, close: minor == 0, content_length: Some(0) };
     let mut chunked = false;
     let mut length = None;
-    for l in lines {
-        if l.contains('\r') {
-            return Err((400, "bare CR in the request head"));
-        }
-        if l.starts_with([' ', '\t']) {
-            return Err((400, "obsolete line folding"));
-        }
-        let Some((k, v)) = l.split_once(':') else {
-            return Err((400, "bad header line"));
-        };
+    for f in req.headers.iter() {
+        let (k, v) = (f.name, std::str::from_utf8(f.value).map_err(|_| (400, "bad header value"))?);
         if !token(k) {
             return Err((400, "bad header name"));
         }
@@ -275,11 +294,13 @@ impl Parser {
                         self.state = State::Failed;
                         continue;
                     }
-                    let l = String::from_utf8_lossy(body).into_owned();
-                    let hex = l.split(';').next().unwrap_or("").trim_end_matches([' ', '\t']);
-                    let size = Some(hex)
-                        .filter(|h| !h.is_empty() && h.len() <= 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-                        .and_then(|h| u64::from_str_radix(h, 16).ok());
+                    // (httparse takes an empty size for 0: a digit first)
+                    let mut l = body.to_vec();
+                    l.extend_from_slice(b"\r\n");
+                    let size = match httparse::parse_chunk_size(&l) {
+                        Ok(httparse::Status::Complete((_, n))) if body.first().is_some_and(u8::is_ascii_hexdigit) => Some(n),
+                        _ => None,
+                    };
                     match size.ok_or(()) {
                         Ok(0) => self.state = State::Trailers(Vec::new(), 0),
                         Ok(n) => self.state = State::ChunkData(n),
@@ -380,6 +401,45 @@ mod tests {
             }
         }
         (heads, bodies, bad)
+    }
+
+    #[test]
+    fn heads_through_httparse_and_the_checks_after_it() {
+        let status = |head: &[u8]| run(head, head.len()).2.first().map(|b| b.0);
+        // well-formed: empty lines first, many fields, HTTP/1.0 closes
+        let many: String = (0..300).map(|i| format!("X-{i}: v\r\n")).collect();
+        let (h, _, bad) = run(format!("\r\nPUT /m HTTP/1.0\r\n{many}Content-Length: 0\r\n\r\n").as_bytes(), 7);
+        assert!(bad.is_empty() && h.len() == 1 && h[0].close, "{bad:?}");
+        for (head, want) in [
+            (&b"PUT /a HTTP/1.9\r\n\r\n"[..], 505),
+            (&b"PUT /a HTTP/2.0\r\n\r\n"[..], 505),
+            (&b"PUT /a HTTP/1.x\r\n\r\n"[..], 400),
+            (&b"PUT /a HTP/1.1\r\n\r\n"[..], 400),
+            (&b"PUT  /a HTTP/1.1\r\n\r\n"[..], 400),
+            (&b"PUT /a HTTP/1.1\r\nHost : a\r\n\r\n"[..], 400),
+            (&b"PUT /a HTTP/1.1\r\nNoColon\r\n\r\n"[..], 400),
+            (&b"PUT /a HTTP/1.1\r\nX: a\rb\r\n\r\n"[..], 400),
+            (&b"PUT /a HTTP/1.1\r\nX: \xff\r\n\r\n"[..], 400),
+            (&b"PUT /a HTTP/1.1\r\nContent-Length: +5\r\n\r\n"[..], 400),
+            (&b"P(T /a HTTP/1.1\r\n\r\n"[..], 400),
+        ] {
+            assert_eq!(status(head), Some(want), "{:?}", String::from_utf8_lossy(head));
+        }
+        // chunk sizes: httparse reads them once the line passed our checks
+        let chunked = |line: &[u8]| {
+            let mut r = b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            r.extend_from_slice(line);
+            r.extend_from_slice(b"abc\r\n0\r\n\r\n");
+            run(&r, 5)
+        };
+        for ok in [&b"3\r\n"[..], b"03;name=value\r\n", b"3 ;x\r\n", b"0000000000000003\r\n"] {
+            let (_, b, bad) = chunked(ok);
+            assert!(bad.is_empty() && b == vec![b"abc".to_vec()], "{:?}: {bad:?}", String::from_utf8_lossy(ok));
+        }
+        for no in [&b";x\r\n"[..], b"\r\n", b" 3\r\n", b"3 3\r\n", b"00000000000000003\r\n", b"3;\x01\r\n"] {
+            let (_, _, bad) = chunked(no);
+            assert_eq!(bad.first().map(|b| b.0), Some(400), "{:?}", String::from_utf8_lossy(no));
+        }
     }
 
     #[test]
