@@ -7,6 +7,7 @@
 //! them pass on behaviour no hardware has.
 
 use std::fs;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -286,6 +287,21 @@ fn dry_pool_holding_receiver_recovers(env: &Env) -> Outcome {
     Pass
 }
 
+/// Connects to `to` from the calling thread pinned to `cpu` (where
+/// netdevsim then runs the receiving NAPI) and sends `segs` segments of
+/// `seg` bytes of `pat`, each alone (TCP_NODELAY) and acknowledged before
+/// the next, so that each arrives as an skb of its own; the connection.
+pub(crate) fn send_acked_segments(to: SocketAddr, cpu: usize, pat: &Pattern, segs: usize, seg: usize) -> Result<TcpStream, String> {
+    zcrx::sys::pin_to_cpu(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
+    let mut s = net::connect(to, Duration::from_secs(30))?;
+    s.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
+    for i in 0..segs {
+        std::io::Write::write_all(&mut s, pat.slice((i * seg) as u64, seg)).map_err(|e| format!("send segment {i}: {e}"))?;
+        net::wait_acked(&s, Duration::from_secs(10)).map_err(|e| format!("segment {i}: {e}"))?;
+    }
+    Ok(s)
+}
+
 /// The last reference to a buffer the user gave back is often the skb's,
 /// and `tcp_read_sock()` frees a consumed skb allocated on another CPU by
 /// queueing it for that CPU (its skb defer list, flushed on that CPU's
@@ -378,13 +394,7 @@ fn consumed_skbs_free_buffers_at_once(env: &Env) -> Outcome {
     let to = addr_a(false, port);
     let p3 = pat.clone();
     let tx = in_netns(NS_B, move || {
-        zcrx::sys::pin_to_cpu(0).map_err(|e| format!("CPU 0: {e}"))?;
-        let mut s = net::connect(to, Duration::from_secs(30))?;
-        s.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
-        for i in 0..SEGS {
-            std::io::Write::write_all(&mut s, p3.slice((i * SEG) as u64, SEG)).map_err(|e| format!("send segment {i}: {e}"))?;
-            net::wait_acked(&s, Duration::from_secs(10)).map_err(|e| format!("segment {i}: {e}"))?;
-        }
+        let mut s = send_acked_segments(to, 0, &p3, SEGS, SEG)?;
         let _ = queued_tx.send(());
         go_rx.recv_timeout(Duration::from_secs(120)).map_err(|_| "the receiver never read".to_string())?;
         zcrx::sys::pin_to_cpu(1).map_err(|e| format!("CPU 1: {e}"))?;

@@ -226,13 +226,7 @@ pub(crate) fn destroyed_pool_frees_deferred_skbs(env: &Env) -> Outcome {
     let to = addr_a(false, port);
     let p3 = pat.clone();
     let tx = in_netns(NS_B, move || {
-        zcrx::sys::pin_to_cpu(1).map_err(|e| format!("CPU 1: {e}"))?;
-        let mut s = net::connect(to, Duration::from_secs(30))?;
-        s.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
-        for i in 0..SEGS {
-            std::io::Write::write_all(&mut s, p3.slice((i * SEG) as u64, SEG)).map_err(|e| format!("send segment {i}: {e}"))?;
-            net::wait_acked(&s, Duration::from_secs(10)).map_err(|e| format!("segment {i}: {e}"))?;
-        }
+        let s = super::send_acked_segments(to, 1, &p3, SEGS, SEG)?;
         let _ = queued_tx.send(());
         // the connection stays open until the receiver is done
         Ok(s)
