@@ -76,7 +76,8 @@ Receives a TCP connection zero-copy; payload to stdout, stats to stderr.
   --check SEED  verify it against the zcrx test pattern instead
   -k            keep listening: one connection after another (a connection
                 that fails is reported and the next one taken)
-  -w SECS       end a connection that brings no data for SECS seconds
+  -w SECS       end a connection that brings no data for SECS seconds (its
+                statistics say so; without -k zcrx-nc then exits 0, as nc)
   -v            a progress line on stderr while receiving
   --json        each connection's statistics as one JSON object
   -h, --help    this text
@@ -122,10 +123,10 @@ fn parse_args(p: &mut lexopt::Parser) -> Result<Opts, lexopt::Error> {
                 Short('s') => o.addr = Some(p.value()?.parse()?),
                 Short('w') => {
                     let secs: f64 = p.value()?.parse()?;
-                    if !(secs > 0.0 && secs.is_finite()) {
-                        return Err("want a number of seconds above 0".into());
+                    match Duration::try_from_secs_f64(secs) {
+                        Ok(d) if d >= Duration::from_millis(1) => o.idle = Some(d),
+                        _ => return Err("want a number of seconds from 0.001 on".into()),
                     }
-                    o.idle = Some(Duration::from_secs_f64(secs));
                 }
                 Value(v) => words.push(v.string()?),
                 Long("area") => o.area_mib = p.value()?.parse()?,
@@ -255,7 +256,11 @@ fn main() {
             Ok((total, copied)) => report(&o, &peer, total, copied, secs, &before, &st, ctx.buf_size(), None),
             // a peer that resets (or a connection that fails otherwise)
             // ends its connection, not the listener
-            Err((e, total, copied)) if o.keep => report(&o, &peer, total, copied, secs, &before, &st, ctx.buf_size(), Some(&e)),
+            // an idle peer ends its connection as nc -w does: reported,
+            // and without -k the program's end, status 0
+            Err((e, total, copied)) if o.keep || matches!(e, Ended::Idle(_)) => {
+                report(&o, &peer, total, copied, secs, &before, &st, ctx.buf_size(), Some(&e))
+            }
             Err((e, total, _)) => die(&format!("recv from {peer} after {total} bytes"), e),
         }
         if !o.keep {
@@ -435,7 +440,9 @@ mod tests {
             (&["--no-bind", "host", "5201"][..], "invalid address"),
             (&["--no-bind", "a", "b", "c"][..], "at most [ADDR] PORT"),
             (&["--no-bind", "-4", "-s", "::1", "5201"][..], "-4 and an IPv6 address"),
-            (&["--no-bind", "-w", "0", "5201"][..], "above 0"),
+            (&["--no-bind", "-w", "0", "5201"][..], "from 0.001 on"),
+            (&["--no-bind", "-w", "1e-10", "5201"][..], "from 0.001 on"),
+            (&["--no-bind", "-w", "1e20", "5201"][..], "from 0.001 on"),
             (&["--no-bind", "-s", "192.0.2.1", "192.0.2.2", "5201"][..], "at most [ADDR] PORT"),
         ] {
             match opts(args) {

@@ -7,8 +7,7 @@
 //! and the end of each request. Content-Length and chunked bodies;
 //! pipelined requests follow one another. httparse splits the heads and
 //! reads the chunk sizes; the checks around it refuse what it would let
-//! through (bare LF, controls in chunk extensions, folded lines, an empty
-//! chunk size).
+//! through (bare LF, controls in chunk extensions, an empty chunk size).
 
 use std::ops::Range;
 
@@ -90,6 +89,10 @@ fn bad_head_byte(b: u8) -> bool {
 fn version_error(raw: &[u8]) -> (u16, &'static str) {
     let text = String::from_utf8_lossy(raw);
     let line = text.trim_start_matches("\r\n").split("\r\n").next().unwrap_or("").to_string();
+    // (httparse says Version for `PUT /a b HTTP/1.1` too: not a version)
+    if line.split(' ').count() != 3 {
+        return (400, "bad request line");
+    }
     let b = line.rsplit(' ').next().and_then(|v| v.strip_prefix("HTTP/")).unwrap_or("").as_bytes();
     if b.len() == 3 && b[0].is_ascii_digit() && b[1] == b'.' && b[2].is_ascii_digit() {
         (505, "only HTTP/1.0 and HTTP/1.1")
@@ -102,8 +105,9 @@ fn version_error(raw: &[u8]) -> (u16, &'static str) {
 /// the request line and the header fields; what RFC 9112 asks beyond its
 /// grammar (one framing, digits-only lengths, no folded lines, no
 /// expectation but 100-continue) is checked here, and before it the bytes
-/// no head may hold (bare CR or LF, controls, non-UTF-8), which httparse
-/// would let through in places.
+/// no head may hold (controls, a bare CR, non-UTF-8; a bare LF is refused
+/// as the head arrives, in `Parser::feed`), which httparse would let
+/// through in places.
 fn parse_head(raw: &[u8]) -> Result<Head, (u16, &'static str)> {
     if raw.iter().any(|&b| bad_head_byte(b)) {
         return Err((400, "control character in the request head"));
@@ -416,6 +420,8 @@ mod tests {
             (&b"PUT /a HTTP/1.x\r\n\r\n"[..], 400),
             (&b"PUT /a HTP/1.1\r\n\r\n"[..], 400),
             (&b"PUT  /a HTTP/1.1\r\n\r\n"[..], 400),
+            (&b"PUT /a  HTTP/1.1\r\n\r\n"[..], 400),
+            (&b"PUT /a b HTTP/1.1\r\n\r\n"[..], 400),
             (&b"PUT /a HTTP/1.1\r\nHost : a\r\n\r\n"[..], 400),
             (&b"PUT /a HTTP/1.1\r\nNoColon\r\n\r\n"[..], 400),
             (&b"PUT /a HTTP/1.1\r\nX: a\rb\r\n\r\n"[..], 400),
