@@ -162,17 +162,17 @@ fn waiting(pools: &[Pool]) -> u64 {
 /// segments, each alone and acknowledged; after 0.5 s (the receiver's
 /// timers armed on CPU 1 have fired) the receiver, on CPU 0, reads them,
 /// byte-exact and copied: their skb goes to CPU 1's defer list (16 skbs at
-/// most, below the 64 that send CPU 1 an IPI), and UNBIND follows at once. IPv6 is off on both
-/// devices: its address configuration and MLD send packets from CPU 1's
-/// workers for seconds after the link comes up, and each makes CPU 1 run
-/// NET_RX; ARP's probes too, so the neighbours are permanent. Before the
-/// read, `page-pool-get` must list the header pool (the netdev's one pool
-/// without a provider) with pages. UNBIND restarts the queue and destroys
-/// it: right after, the detached pool must
-/// wait for the deferred pages (else the test shows nothing), and 3 s later
-/// no detached pool of the netdev may wait for any (the release work
-/// retries every second). Before patch 11 it waited until CPU 1 happened to
-/// run NET_RX.
+/// most, below the 64 that send CPU 1 an IPI), and UNBIND follows at once.
+/// IPv6 is off on both devices: its address configuration and MLD send
+/// packets from CPU 1's workers for seconds after the link comes up, and
+/// each makes CPU 1 run NET_RX; ARP's probes too, so the neighbours are
+/// permanent. Before the read, `page-pool-get` must list the header pool
+/// (the netdev's one pool without a provider) with pages. UNBIND restarts
+/// the queue and destroys it: right after, the detached pool must wait for
+/// the deferred pages (else the test shows nothing), and 3 s later no
+/// detached pool of the netdev may wait for any (the release work retries
+/// every second). Before patch 11 it waited until CPU 1 happened to run
+/// NET_RX.
 pub(crate) fn destroyed_pool_frees_deferred_skbs(env: &Env) -> Outcome {
     const SEGS: usize = 16;
     const SEG: usize = 1000;
