@@ -6,6 +6,7 @@
 //! command-line forms nc users type.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,23 @@ fn spawn_nc_with(n: &Nsim, port: u16, seed: u64, extra: &[&str], note: Option<&R
         .map_err(|e| format!("spawn {}: {e}", nc.display()))
 }
 
+/// zcrx-nc's next JSON line (one per connection) from `rx`, its stderr;
+/// None if none comes within `limit` (a bound for a hang, not a deadline).
+fn next_json_line(rx: &Receiver<String>, limit: Duration) -> Option<String> {
+    loop {
+        match rx.recv_timeout(limit) {
+            Ok(l) if l.starts_with('{') => return Some(l),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The number member `k` of zcrx-nc's JSON line `l`.
+fn json_u64(l: &str, k: &str) -> Option<u64> {
+    l.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok()
+}
+
 /// zcrx-nc as a user runs it: `-k` keeps one context bound across
 /// connections, `[::]` takes IPv6 and IPv4 peers, `--json` reports each
 /// connection on its own line, `-v` draws a progress line. Two streams, one
@@ -71,15 +89,7 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
             fail = Some(format!("{} sender: {e}", if v6 { "IPv6" } else { "IPv4" }));
             break;
         }
-        // zcrx-nc's line for this connection (a bound, not a deadline)
-        let line = loop {
-            match rx.recv_timeout(Duration::from_secs(120)) {
-                Ok(l) if l.starts_with('{') => break Some(l),
-                Ok(_) => continue,
-                Err(_) => break None,
-            }
-        };
-        match line {
+        match next_json_line(&rx, Duration::from_secs(120)) {
             Some(l) => out.push((v6, l)),
             None => {
                 fail = Some(format!("no JSON line from zcrx-nc for the {} connection", if v6 { "IPv6" } else { "IPv4" }));
@@ -92,14 +102,10 @@ fn nc_keeps_listening_v6_then_v4(env: &Env) -> Outcome {
     if let Some(f) = fail {
         return Fail(f);
     }
-    let field = |l: &str, k: &str| -> Option<u64> {
-        let v = l.split(&format!("\"{k}\":")).nth(1)?;
-        v.split([',', '}']).next()?.parse().ok()
-    };
     let mut diag = Vec::new();
     let mut zc_all = 0;
     for (v6, l) in &out {
-        let (Some(b), Some(zc)) = (field(l, "bytes"), field(l, "zero_copy_bytes")) else {
+        let (Some(b), Some(zc)) = (json_u64(l, "bytes"), json_u64(l, "zero_copy_bytes")) else {
             return Fail(format!("unparsable JSON line: {l}"));
         };
         let peer_ok = if *v6 { l.contains("[2001:db8::2]") } else { l.contains("192.0.2.2") };
@@ -141,10 +147,7 @@ fn nc_large_buffers(env: &Env) -> Outcome {
     let _ = child.stderr.take().expect("piped").read_to_string(&mut err);
     let status = child.wait();
     let line = err.lines().find(|l| l.starts_with('{')).unwrap_or_default().to_string();
-    let field = |k: &str| -> Option<u64> {
-        let v = line.split(&format!("\"{k}\":")).nth(1)?;
-        v.split([',', '}']).next()?.parse().ok()
-    };
+    let field = |k: &str| json_u64(&line, k);
     env.diag(&format!("zcrx-nc --buf-size 32k: {line}"));
     if sent != Ok(bytes) || !status.as_ref().is_ok_and(|s| s.success()) {
         return Fail(format!("sent {sent:?}, zcrx-nc {status:?}: {err}"));
@@ -180,14 +183,7 @@ fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
     let mut child = tryo!(spawn_nc_with(&n, port, seed, &["-k", "--json"], None));
     let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
     let pat = Arc::new(Pattern::new(seed));
-    // one JSON line per connection (a bound, not a deadline)
-    let next_line = || loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(l) if l.starts_with('{') => return Some(l),
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    };
+    let next_line = || next_json_line(&rx, Duration::from_secs(60));
     let mut lines = Vec::new();
     let mut k = 12345u64;
     let mut sent = Ok(0);
@@ -233,7 +229,7 @@ fn nc_keeps_listening_through_resets(env: &Env) -> Outcome {
     }
     let errors = lines[..RESETS].iter().filter(|l| l.contains("\"error\":")).count();
     let last = &lines[RESETS];
-    let field = |k: &str| -> Option<u64> { last.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok() };
+    let field = |k: &str| json_u64(last, k);
     if last.contains("\"error\":") || field("bytes") != Some(bytes) || field("zero_copy_bytes") != Some(bytes) {
         return Fail(format!("the last connection: {last} (expected {bytes} bytes, all zero-copy, no error)"));
     }
@@ -278,14 +274,7 @@ fn nc_idle_peer_and_local_address(env: &Env) -> Outcome {
         .spawn()
         .map_err(|e| format!("spawn {}: {e}", nc.display())));
     let rx = crate::clients::lines_of(child.stderr.take().expect("piped"));
-    // zcrx-nc's JSON line for the next connection (a bound, not a deadline)
-    let next_line = || loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(l) if l.starts_with('{') => return Some(l),
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    };
+    let next_line = || next_json_line(&rx, Duration::from_secs(60));
     let pat = Arc::new(Pattern::new(seed));
     // (one write of the pattern: at most a period, just under 1 MiB)
     let quiet = 1_000_000u64;
@@ -324,8 +313,10 @@ fn nc_idle_peer_and_local_address(env: &Env) -> Outcome {
         "quiet peer closed by zcrx-nc after {:.1} s of silence: {idle}; IPv6 peer: {v6}; next peer: {last}",
         closed_after.as_secs_f64()
     ));
-    let field = |l: &str, k: &str| -> Option<u64> { l.split(&format!("\"{k}\":")).nth(1)?.split([',', '}']).next()?.parse().ok() };
-    if !idle.contains("no data for 1 s (-w)") || field(&idle, "bytes") != Some(quiet) || field(&idle, "zero_copy_bytes") != Some(quiet) {
+    if !idle.contains("no data for 1 s (-w)")
+        || json_u64(&idle, "bytes") != Some(quiet)
+        || json_u64(&idle, "zero_copy_bytes") != Some(quiet)
+    {
         return Fail(format!("the quiet peer's line: {idle} (expected {quiet} bytes, all zero-copy, and the idle error)"));
     }
     if !(Duration::from_millis(900)..Duration::from_secs(4)).contains(&closed_after) {
@@ -334,8 +325,8 @@ fn nc_idle_peer_and_local_address(env: &Env) -> Outcome {
     if !alive
         || sent != bytes
         || last.contains("\"error\":")
-        || field(&last, "bytes") != Some(bytes)
-        || field(&last, "zero_copy_bytes") != Some(bytes)
+        || json_u64(&last, "bytes") != Some(bytes)
+        || json_u64(&last, "zero_copy_bytes") != Some(bytes)
     {
         return Fail(format!("after the quiet peer (zcrx-nc running: {alive}; sent {sent} of {bytes}): {last}"));
     }
